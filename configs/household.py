@@ -14,7 +14,7 @@ Paper hyper-parameters kept (spec section 6): KL coef 0.01 (k3), entropy coef 0.
 0.2 both sides, dual clip 3, lambda_opd 0.01, beta_opd 5, 1 PPO epoch, rollout temperature 1.0,
 evaluation temperature 0.4, stage-1 collection temperature 0.4, greedy analyzer, 10 % held out
 at stage 1, constant schedule, weight decay 0.01, grad clip 1.0. Changed for a from-scratch
-0.6M-parameter model and a 2-core CPU: learning rates (RL 3e-4 instead of 1e-6, stage-1 SFT 5e-5
+0.6M-parameter model and a 2-core CPU: learning rates (RL 1e-4 instead of 1e-6, stage-1 SFT 5e-5
 instead of 5e-6, 2 epochs instead of 3), group size 4 (paper 8), tasks per update, mini-batch size, number of updates,
 stage-1 task count, token budgets.
 """
@@ -119,7 +119,7 @@ def get_config(preset: str = "study"):
     c.rl.keep_checkpoints = 1
     c.rl.eval_every = 6  # the 60 % point of 10 updates
 
-    c.train.lr = 3e-4
+    c.train.lr = 1e-4
     c.train.micro_batch_size = 32
     c.train.lambda_opd = 0.01
     c.train.beta_opd = 5.0

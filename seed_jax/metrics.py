@@ -326,6 +326,12 @@ class Timer:
         return out
 
 
+def progress_enabled(requested: bool = True) -> bool:
+    """Whether to draw a progress bar: ``requested`` unless the environment variable
+    ``TQDM_DISABLE`` is set to a non-empty value other than 0 (for logs written to files)."""
+    return requested and os.environ.get("TQDM_DISABLE", "") in ("", "0")
+
+
 class StageProgress:
     """A tqdm progress bar for a long loop; with ``total`` known tqdm shows rate and ETA.
 
@@ -334,10 +340,11 @@ class StageProgress:
     """
 
     def __init__(self, total: int | None, desc: str, unit: str = "it", initial: int = 0,
-                 disable: bool | None = False, **tqdm_kwargs: Any):
+                 disable: bool = False, **tqdm_kwargs: Any):
         from tqdm.auto import tqdm
 
-        self._bar = tqdm(total=total, desc=desc, unit=unit, initial=initial, disable=disable,
+        self._bar = tqdm(total=total, desc=desc, unit=unit, initial=initial,
+                         disable=not progress_enabled(not disable),
                          dynamic_ncols=True, **tqdm_kwargs)
         self._t0 = time.perf_counter()
         self._initial = initial

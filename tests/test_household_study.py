@@ -1,5 +1,5 @@
 """The household evidence study: demonstrations, stage-0 batches, the benchmark's scripted
-stage-1 annotator, the gate audit join, arm configs, and the ci preset end to end (slow)."""
+stage-1 annotator, the gate audit join, arm configs, and stage 0 (slow) and the ci preset end to end."""
 
 from __future__ import annotations
 
@@ -240,7 +240,7 @@ def test_report_mean_std():
     assert mean_std([0.3])[1] is None
 
 
-# ------------------------------------------------------------------ slow: stage 0 and the ci study
+# ------------------------------------------------------------------ stage 0 (slow) and the ci study
 
 
 @pytest.mark.slow
@@ -266,8 +266,9 @@ def test_stage0_bc_beats_a_random_policy(tmp_path):
     assert s["eval_invalid_rate"] < 0.2
 
 
-@pytest.mark.slow
 def test_ci_study_end_to_end(tmp_path):
+    """The ci preset of the study (about 2-3 minutes on 2 cores) runs every stage and arm through
+    the pipeline; it is the fast-tier guard of `bench/household_study.py`."""
     from seed_jax.study.experiment import run_study
 
     c = _household_config("ci")

@@ -409,3 +409,15 @@ def test_report_cli_module(tmp_path):
     r = subprocess.run([sys.executable, "-m", "seed_jax.report", str(empty)], cwd=REPO,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "nothing to report" in r.stderr
+
+
+@pytest.mark.parametrize("value,requested,expected", [
+    ("", True, True), ("0", True, True), ("1", True, False), ("True", True, False), ("", False, False),
+])
+def test_progress_enabled_follows_tqdm_disable(monkeypatch, value, requested, expected):
+    from seed_jax.metrics import StageProgress, progress_enabled
+
+    monkeypatch.setenv("TQDM_DISABLE", value)
+    assert progress_enabled(requested) is expected
+    with StageProgress(3, "x", disable=not requested) as bar:
+        assert bar._bar.disable is (not expected)

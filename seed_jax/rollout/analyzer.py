@@ -12,6 +12,8 @@ from typing import Callable, Sequence
 
 from tqdm.auto import tqdm
 
+from seed_jax.metrics import progress_enabled
+
 from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.sampling import generate
 from seed_jax.skills import SkillParse, build_analyzer_prompt, parse_skill
@@ -32,7 +34,7 @@ def analyze_trajectories(model, tokenizer, trajectories: Sequence[Trajectory], *
     prompts = {t.traj_id: build_analyzer_prompt(t, success_threshold, max_chars=3 * max_prompt_tokens)
                for t in todo}
     parses: dict[str, SkillParse] = {}
-    bar = tqdm(total=len(todo), desc="analysis", disable=not progress, leave=False)
+    bar = tqdm(total=len(todo), desc="analysis", disable=not progress_enabled(progress), leave=False)
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
         ids = [encode_prompt(prompts[t.traj_id])[-max_prompt_tokens:] for t in chunk]

@@ -18,6 +18,8 @@ from typing import Callable, Sequence
 
 from tqdm.auto import tqdm
 
+from seed_jax.metrics import progress_enabled
+
 from seed_jax.rollout.pool import EnvBackend
 from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.sampling import generate
@@ -91,7 +93,7 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
             prompt[slot] = shown(r.prompt, g)
             last_obs[slot] = r.info.get("raw_observation", r.observation)
             live.append(slot)
-    bar = tqdm(total=len(episodes), desc=f"rollout {tag}".strip(), disable=not progress, leave=False)
+    bar = tqdm(total=len(episodes), desc=f"rollout {tag}".strip(), disable=not progress_enabled(progress), leave=False)
     finished = len(episodes) - len(live)
     bar.update(finished)
     wins = 0
