@@ -194,6 +194,32 @@ def test_audit_join_and_summary_hand_made():
     assert s["w2"]["updates"] == [1, 1] and s["w2"]["consistent"]["gate_mean"] == pytest.approx(0.9)
 
 
+def test_consistency_by_update_hand_made():
+    from seed_jax.study.audit import consistency_by_update, update_of
+    from seed_jax.study.report import consistent_share
+
+    assert update_of("u12/hand-pick#3") == 12 and update_of("s1/hand-pick#0") is None
+    actions = {
+        # update 0: detour, way, invalid, open -> 2 of 4 optimal
+        "u0/hand-pick#0": {"task_id": "hand-pick",
+                           "actions": ["go to sinkbasin 1", "go to fridge 1", "", "open fridge 1"]},
+        # update 1: the whole shortest plan -> 5 of 5
+        "u1/hand-pick#0": {"task_id": "hand-pick", "actions": list(PICK_PLAN)},
+        # update 1: first step optimal, then a detour, then back to the fridge (optimal again)
+        "u1/hand-pick#1": {"task_id": "hand-pick",
+                           "actions": ["go to fridge 1", "go to sinkbasin 1", "go to fridge 1"]},
+        "u1/unknown#0": {"task_id": "unknown", "actions": ["look"]},
+        "eval/hand-pick#0": {"task_id": "hand-pick", "actions": ["look"]},
+    }
+    got = consistency_by_update(actions, {"hand-pick": PICK_TASK})
+    assert got == {0: {"consistent": 2, "steps": 4}, 1: {"consistent": 7, "steps": 8}}
+    per_seed = [{"consistency": {str(u): v for u, v in got.items()}},
+                {"consistency": {"1": {"consistent": 0, "steps": 2}}}]
+    assert consistent_share(per_seed, 0, 1) == pytest.approx(2 / 4)
+    assert consistent_share(per_seed, 1, 2) == pytest.approx(7 / 10)
+    assert consistent_share(per_seed, 5, 9) is None
+
+
 def test_record_rl_steps_appends_compact_trajectories(tmp_path):
     from seed_jax.pipeline import rl as rl_module
     from seed_jax.study.audit import read_step_actions

@@ -71,6 +71,32 @@ def step_consistency(task: dict, actions: Sequence[str]) -> list[bool]:
     return [a.consistent for a in audits]
 
 
+def update_of(traj_id: str) -> int | None:
+    """The RL update of a trajectory id ``u<k>/<task>#<i>`` (None for other ids)."""
+    head = traj_id.split("/", 1)[0]
+    return int(head[1:]) if head.startswith("u") and head[1:].isdigit() else None
+
+
+def consistency_by_update(step_actions: Mapping[str, Mapping],
+                          tasks_by_id: Mapping[str, dict]) -> dict[int, dict]:
+    """update -> {'consistent': c, 'steps': n}: how many of the n sampled commands of that
+    update's rollouts (every step of every trajectory, with or without a skill; invalid
+    responses count as inconsistent) were optimal commands of the expert at their state.
+    The share c / n is a learning measure that needs no evaluation run and exists for every
+    arm, GRPO included."""
+    out: dict[int, dict] = {}
+    for tid, rec in step_actions.items():
+        u = update_of(tid)
+        task = tasks_by_id.get(rec["task_id"])
+        if u is None or task is None:
+            continue
+        flags = step_consistency(task, rec["actions"])
+        acc = out.setdefault(u, {"consistent": 0, "steps": 0})
+        acc["consistent"] += sum(flags)
+        acc["steps"] += len(flags)
+    return dict(sorted(out.items()))
+
+
 def join_gates(gate_rows: Iterable[Mapping], step_actions: Mapping[str, Mapping],
                tasks_by_id: Mapping[str, dict]) -> list[dict]:
     """Gate rows with ``consistent`` added; rows whose trajectory or step is unknown are dropped."""
@@ -123,14 +149,16 @@ def per_update(joined: Sequence[Mapping]) -> dict[int, dict]:
             for u in ups}
 
 
-def audit_run(workdir: str | Path, tasks_by_id: Mapping[str, dict], num_updates: int) -> dict | None:
-    """The audit of one RL run directory; None when it has no gate rows (e.g. GRPO)."""
+def audit_run(workdir: str | Path, tasks_by_id: Mapping[str, dict], num_updates: int,
+              actions: Mapping[str, Mapping] | None = None) -> dict | None:
+    """The audit of one RL run directory; None when it has no gate rows (e.g. GRPO).
+    ``actions``: the run's `read_step_actions` when the caller has read them already."""
     workdir = Path(workdir)
     gates_path = workdir / GATE_FILE
     if not gates_path.exists():
         return None
     gates = _read_jsonl(gates_path)
-    actions = read_step_actions(workdir)
+    actions = read_step_actions(workdir) if actions is None else actions
     joined = join_gates(gates, actions, tasks_by_id)
     return {"gate_rows": len(gates), "joined_rows": len(joined), "summary": summarize(joined, num_updates),
             "per_update": per_update(joined)}

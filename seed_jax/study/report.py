@@ -80,12 +80,13 @@ def series(records: list[dict], key: str) -> dict[int, float]:
 
 
 def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]) -> dict:
-    from seed_jax.study.audit import audit_run
+    from seed_jax.study.audit import audit_run, consistency_by_update, read_step_actions
 
     splits = tuple(config.env.eval_splits)
     mid_tag = f"rl_{config.rl.eval_every:06d}" if config.rl.eval_every else None
     res: dict = {"splits": list(splits), "num_updates": config.rl.num_updates, "mid_update": config.rl.eval_every,
-                 "seeds": list(seeds), "arms": {}}
+                 "seeds": list(seeds), "arms": {},
+                 "eval_tasks_per_split": int(config.eval.num_tasks or config.env.num_eval_tasks)}
     res["stage0"] = {s: eval_success(out / "stage0" / "eval_run", "checkpoint", s) for s in splits}
     res["start"] = {s: eval_success(out / "base", "final", s) for s in splits}
     for name, p in (("stage0_summary", out / "stage0" / "policy" / "stage0.json"),
@@ -104,6 +105,7 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
             if not wd.exists():
                 continue
             recs = read_metrics(wd)
+            actions = read_step_actions(wd)
             per_seed[str(seed)] = {
                 "final": {s: eval_success(wd, "final", s) for s in splits},
                 "mid": {s: eval_success(wd, mid_tag, s) for s in splits} if mid_tag else {},
@@ -111,7 +113,9 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
                 "parse_rate": series(recs, "analysis/parse_rate"),
                 "opd_gate_mean": series(recs, "train/gate_mean"),
                 "opd_active_share": series(recs, "train/active_share"),
-                "audit": audit_run(wd, tasks_by_id, config.rl.num_updates),
+                "teacher_gap": series(recs, "train/teacher_gap"),
+                "consistency": {str(u): v for u, v in consistency_by_update(actions, tasks_by_id).items()},
+                "audit": audit_run(wd, tasks_by_id, config.rl.num_updates, actions),
             }
         res["arms"][arm] = per_seed
     return res
@@ -141,6 +145,17 @@ def pooled_audit(res: dict, arm: str, window: str) -> dict:
     return out
 
 
+def consistent_share(per_seed: Sequence[dict], lo: int, hi: int) -> float | None:
+    """Pooled share of expert-consistent rollout actions over updates [lo, hi) of all seeds."""
+    c = n = 0
+    for d in per_seed:
+        for u, v in (d.get("consistency") or {}).items():
+            if lo <= int(u) < hi:
+                c += v["consistent"]
+                n += v["steps"]
+    return c / n if n else None
+
+
 def _f(x, digits=3):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -163,6 +178,13 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
         cells = [fmt_pct(*_agg(res, arm, "mid", s)[:2]) for s in splits]
         cells += [fmt_pct(*_agg(res, arm, "final", s)[:2]) for s in splits]
         lines.append("| " + " | ".join([arm_label(arm)] + cells) + " |")
+    n_eval = res.get("eval_tasks_per_split")
+    p0 = [res["start"].get(s) for s in splits if res["start"].get(s) is not None]
+    if n_eval and p0:
+        p = float(np.mean(p0))
+        lines += ["", f"Noise floor: one evaluation is {n_eval} tasks per split, so its binomial standard error "
+                  f"at the starting success {100 * p:.0f} % is {100 * math.sqrt(p * (1 - p) / n_eval):.1f} points "
+                  f"(the std over seeds above also contains the evaluation's sampling, T = eval temperature)."]
     lines += ["", "Per seed (final update):", "", "| arm | seed | " + " | ".join(splits) + " |",
               "|---|---|" + "---|" * len(splits)]
     for arm in arms:
@@ -184,8 +206,9 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
                              f"{_f(c['gate_gt_half'])} | {i['rows']} | {_f(i['gate_mean'])} | "
                              f"{_f(i['gate_gt_half'])} |")
     lines += ["", "## Training diagnostics (mean over seeds and updates)", "",
-              "| arm | train-rollout success, first 3 updates | last 3 updates | analyzer parse rate | "
-              "OPD active share |", "|---|---|---|---|---|"]
+              "| arm | train-rollout success, first 3 updates | last 3 updates | expert-consistent actions, "
+              "first third | last third | analyzer parse rate | OPD active share | teacher gap "
+              "sg(l_skill - l_ord) |", "|---|---|---|---|---|---|---|---|"]
     for arm in arms:
         ds = list(res["arms"].get(arm, {}).values())
         if not ds:
@@ -195,9 +218,11 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
             vals = [v for d in ds for _, v in sorted(d[key].items())[sl]]
             return float(np.mean(vals)) if vals else None
 
+        third = max(1, U // 3)
         lines.append(f"| {arm_label(arm)} | {_f(avg('train_success', slice(0, 3)))} | "
-                     f"{_f(avg('train_success', slice(-3, None)))} | {_f(avg('parse_rate'))} | "
-                     f"{_f(avg('opd_active_share'))} |")
+                     f"{_f(avg('train_success', slice(-3, None)))} | {_f(consistent_share(ds, 0, third))} | "
+                     f"{_f(consistent_share(ds, U - third, U))} | {_f(avg('parse_rate'))} | "
+                     f"{_f(avg('opd_active_share'))} | {_f(avg('teacher_gap'))} |")
     s1 = res.get("stage1_annotate") or {}
     s0 = res.get("stage0_summary") or {}
     lines += ["", f"Stage 0: {s0.get('examples', '-')} BC pairs ({s0.get('hint_examples', '-')} hint-reading), "
@@ -224,8 +249,9 @@ def _fig(nrows=1, ncols=1, size=(7.0, 4.0)):
 
 def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
     """Left: training-rollout success per update (mean over seeds, band = ±1 std, 3-update
-    moving average). Right: eval success at the start, 60 % and final update per split."""
-    fig, (ax, ax2) = _fig(1, 2, (12.0, 4.2))
+    moving average). Middle: share of expert-consistent rollout actions per update (pooled
+    over seeds). Right: eval success at the start, 60 % and final update per split."""
+    fig, (ax, ax3, ax2) = _fig(1, 3, (17.0, 4.4))
     U, mid = res["num_updates"], res["mid_update"]
     for arm in arms:
         ds = list(res["arms"].get(arm, {}).values())
@@ -242,6 +268,9 @@ def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
         x = np.array(steps) + 1
         ax.plot(x, mu, label=arm_label(arm))
         ax.fill_between(x, mu - sd, mu + sd, alpha=0.15)
+        ups = sorted({int(u) for d in ds for u in (d.get("consistency") or {})})
+        if ups:
+            ax3.plot(np.array(ups) + 1, [consistent_share(ds, u, u + 1) for u in ups], label=arm_label(arm))
         for split, style in zip(res["splits"], ("-o", "--s")):
             xs, ys = [0], [res["start"].get(split)]
             for point, u in (("mid", mid), ("final", U)):
@@ -252,6 +281,10 @@ def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
     ax.set_ylabel("training-rollout success (T=1.0)")
     ax.set_title("Learning curves (mean ± std over seeds, 3-update average)")
     ax.legend(fontsize=7)
+    ax3.set_xlabel("RL update")
+    ax3.set_ylabel("share of expert-optimal actions")
+    ax3.set_title("Rollout actions the exact expert would take")
+    ax3.legend(fontsize=7)
     ax2.set_xlabel("RL update")
     ax2.set_ylabel(f"eval success")
     ax2.set_title("Evaluation: seen (solid) / unseen (dashed)")
