@@ -63,6 +63,7 @@ def _study(preset: str) -> ml_collections.ConfigDict:
     s.methods = ("sft_grpo", "seed", "seed_static", "seed_shuffled")
     s.seeds = (0, 1, 2)
     s.lambda_sweep = ()  # extra SEED arms at these lambda_opd values (reported separately)
+    s.probe_tasks = 32  # teacher probe (seed_jax.study.probe) on this many training tasks; 0 = off
     return s
 
 
@@ -153,6 +154,7 @@ def get_config(preset: str = "study"):
         c.train.micro_batch_size = 16
         c.study.methods = ("sft_grpo", "seed")
         c.study.seeds = (0,)
+        c.study.probe_tasks = 4
     elif preset == "tiny":
         c.env.num_train_tasks = 8
         c.env.num_eval_tasks = 2
@@ -183,5 +185,6 @@ def get_config(preset: str = "study"):
         c.train.micro_batch_size = 16
         c.study.methods = ("sft_grpo", "seed")
         c.study.seeds = (0,)
+        c.study.probe_tasks = 2
     c.lock()
     return c

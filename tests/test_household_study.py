@@ -220,6 +220,23 @@ def test_consistency_by_update_hand_made():
     assert consistent_share(per_seed, 5, 9) is None
 
 
+def test_probe_summary_hand_computed():
+    from seed_jax.study.probe import _summary
+
+    rows = [{"consistent": True, "d_a": np.array([0.0, 0.2]), "d_e": np.array([0.0, 0.2])},
+            {"consistent": False, "d_a": np.array([-0.2]), "d_e": np.array([0.1, 0.3])},
+            {"consistent": False, "d_a": np.array([0.0, -0.4]), "d_e": np.array([-0.1])}]
+    sig = lambda x: 1.0 / (1.0 + np.exp(-5.0 * x))  # noqa: E731
+    s = _summary(rows, beta=5.0)
+    assert (s["steps_consistent"], s["steps_inconsistent"]) == (1, 2)
+    assert s["gate_consistent"] == pytest.approx((sig(0.0) + sig(0.2)) / 2)
+    # token mean over the pooled tokens of the detour steps: (-0.2), (0.0, -0.4)
+    assert s["gate_inconsistent"] == pytest.approx((sig(-0.2) + sig(0.0) + sig(-0.4)) / 3)
+    assert s["lift_expert"] == pytest.approx((0.4 + -0.1) / 2)
+    assert s["lift_sampled"] == pytest.approx((-0.2 + -0.4) / 2)
+    assert _summary([], 5.0)["gate_consistent"] is None
+
+
 def test_record_rl_steps_appends_compact_trajectories(tmp_path):
     from seed_jax.pipeline import rl as rl_module
     from seed_jax.study.audit import read_step_actions
@@ -313,6 +330,9 @@ def test_ci_study_end_to_end(tmp_path):
     n = c.rl.num_updates * c.rl.tasks_per_update * c.rollout.group_size
     assert len((tmp_path / "arms" / "seed" / "seed0" / "rl" / "step_actions.jsonl").read_text().splitlines()) == n
     assert set(res["arms"]) == set(c.study.methods)
+    probe = json.loads((tmp_path / "probe.json").read_text())
+    assert set(probe) == {"stage-1 checkpoint", "sft_grpo", "seed"}
+    assert probe["seed"]["demos"] == c.study.probe_tasks and "Teacher probe" in md
     # a re-run finds everything done and only rewrites the report
     again = run_study(c, tmp_path)
     assert again["arms"]["seed"]["0"]["final"] == res["arms"]["seed"]["0"]["final"]

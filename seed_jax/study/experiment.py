@@ -8,6 +8,7 @@ Layout of the output directory ``OUT``::
                               SFT of the analyzer role, and the eval of that checkpoint (once)
     arms/<arm>/seed<k>/       one RL run: stage1/, sft/ and stages/{collect,annotate,sft}.json
                               copied from base/, then `run_pipeline(config, dir, "rl,eval")`
+    probe.json                teacher probe of the stage-1 checkpoint and final GRPO / SEED policies
     results.md, results.json, curves.png, gates.png, timings.json
 
 An *arm* is a method of `seed_jax.pipeline.validate` (``sft_grpo`` = GRPO from the stage-1
@@ -167,6 +168,13 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
             with record_rl_steps(wd):
                 _timed(timings, f"{arm}/seed{seed}", lambda: run_pipeline(c, wd, "rl,eval"))
             save_timings()
+    probe_path = out / "probe.json"
+    if int(config.study.get("probe_tasks", 0)) > 0 and not probe_path.exists():
+        from seed_jax.study.probe import probe_checkpoints
+
+        probe = _timed(timings, "probe", lambda: probe_checkpoints(config, out, arms, seeds))
+        probe_path.write_text(json.dumps(probe, indent=1))
+        save_timings()
     timings["study_wall_s_this_call"] = round(time.time() - t_start, 1)
     save_timings()
     return write_report(config, out, arms, seeds)

@@ -89,6 +89,7 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
                  "eval_tasks_per_split": int(config.eval.num_tasks or config.env.num_eval_tasks)}
     res["stage0"] = {s: eval_success(out / "stage0" / "eval_run", "checkpoint", s) for s in splits}
     res["start"] = {s: eval_success(out / "base", "final", s) for s in splits}
+    res["probe"] = json.loads((out / "probe.json").read_text()) if (out / "probe.json").exists() else None
     for name, p in (("stage0_summary", out / "stage0" / "policy" / "stage0.json"),
                     ("stage1_collect", out / "base" / "stages" / "collect.json"),
                     ("stage1_annotate", out / "base" / "stages" / "annotate.json"),
@@ -205,6 +206,22 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
                 lines.append(f"| {arm_label(arm)} | {window} | {c['rows']} | {_f(c['gate_mean'])} | "
                              f"{_f(c['gate_gt_half'])} | {i['rows']} | {_f(i['gate_mean'])} | "
                              f"{_f(i['gate_gt_half'])} |")
+    if res.get("probe"):
+        lines += ["", "## Teacher probe: does the hint H(h, s) favour the expert's action?", "",
+                  "Fresh noisy expert demonstrations (30 % detours) on training tasks; s = the scripted skill of "
+                  "the same demonstration (own), of another one (shuffled), or the policy's own greedy skill (self). "
+                  "Gates token-averaged over the demonstrated response; lifts = summed log-prob change from the "
+                  "hint on steps where the demonstrator took a detour, for the expert's response (e) and the "
+                  "detour (a).", "",
+                  "| policy | skill | gate, consistent steps | gate, detour steps | lift e | lift a | "
+                  "self-skill parse rate |", "|---|---|---|---|---|---|---|"]
+        for name, p in res["probe"].items():
+            for cond in ("own", "shuffled", "self"):
+                q = p.get(cond) or {}
+                lines.append(f"| {arm_label(name) if name in res['arms'] else name} | {cond} | "
+                             f"{_f(q.get('gate_consistent'))} | {_f(q.get('gate_inconsistent'))} | "
+                             f"{_f(q.get('lift_expert'), 2)} | {_f(q.get('lift_sampled'), 2)} | "
+                             f"{_f(p.get('self_parse_rate'), 2)} |")
     lines += ["", "## Training diagnostics (mean over seeds and updates)", "",
               "| arm | train-rollout success, first 3 updates | last 3 updates | expert-consistent actions, "
               "first third | last third | analyzer parse rate | OPD active share | teacher gap "

@@ -1,0 +1,149 @@
+"""Teacher probe: does a policy, given a hint H(h, s), favour the expert's actions?
+
+The OPD gate only helps when the teacher twin ``pi(. | H(h, s))`` prefers good actions more
+than the student ``pi(. | h)`` does. The probe measures that directly on fresh noisy expert
+demonstrations (`seed_jax.study.demos.noisy_episode`, so the sampled command at every step is
+known to be expert-consistent or not) for three choices of the skill ``s`` of a demonstration:
+
+- ``own``: the scripted analyzer's skill of that same demonstration (accurate hindsight);
+- ``shuffled``: the scripted skill of another demonstration (a wrong hint);
+- ``self``: the skill the policy itself writes for the demonstration (greedy, the stage-2
+  analyzer path `seed_jax.rollout.analyzer.analyze_trajectories`); steps of a demonstration
+  whose answer does not parse are left out of this condition.
+
+Per step t with demonstrated response a_t (the demonstrator's, possibly a detour) and the
+expert's response e_t at the same state (same thinking text, optimal command), token log-probs
+under the policy are l_c(x) with the hint of condition c and l_0(x) without. Reported, per
+condition:
+
+    gate(S)    = token mean over steps S of sigmoid(beta * (l_c(a_t) - l_0(a_t)))
+                 for S = consistent steps and S = inconsistent steps (the audit's quantity)
+    lift_e     = step mean of sum_tokens [l_c(e_t) - l_0(e_t)] over inconsistent steps
+                 (how much the hint raises the expert's response where the demonstrator erred)
+    lift_a     = step mean of sum_tokens [l_c(a_t) - l_0(a_t)] over inconsistent steps
+
+A hint the policy can use gives gate(consistent) > gate(inconsistent) and lift_e > lift_a;
+a shuffled hint should give neither.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import numpy as np
+
+CONDITIONS = ("own", "shuffled", "self")
+
+
+def _logprobs(model, tok, prompts: Sequence[str], responses: Sequence[str], micro_batch: int,
+              max_prompt_tokens: int) -> list[np.ndarray]:
+    """Per pair, the token log-probs of ``response + EOS`` after the chat-templated prompt."""
+    from seed_jax.rollout.batch import left_pad, right_pad, round_up
+    from seed_jax.rollout.loop import make_prompt_encoder
+    from seed_jax.study.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS
+    from seed_jax.train.logprobs import compute_logprobs
+
+    encode = make_prompt_encoder(tok)
+    p_ids = [encode(p)[-max_prompt_tokens:] for p in prompts]
+    r_ids = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in responses]
+    out: list[np.ndarray | None] = [None] * len(prompts)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (p, r) in enumerate(zip(p_ids, r_ids)):
+        groups.setdefault((round_up(len(p), PROMPT_BUCKETS), round_up(len(r), RESPONSE_BUCKETS)), []).append(i)
+    for (P, R), idx in sorted(groups.items()):
+        pi, pm = left_pad([p_ids[i] for i in idx], P, tok.pad_token_id)
+        ri, rm = right_pad([r_ids[i] for i in idx], R, tok.pad_token_id)
+        logp = compute_logprobs(model.params, model.config, np.concatenate([pi, ri], 1),
+                                np.concatenate([pm, rm], 1), P, R, micro_batch)
+        for row, i in enumerate(idx):
+            out[i] = logp[row, :len(r_ids[i])]
+    return out  # type: ignore[return-value]
+
+
+def _summary(rows: Sequence[dict], beta: float) -> dict:
+    def gate(sel):
+        toks = np.concatenate([r["d_a"] for r in sel]) if sel else np.zeros(0)
+        return float(np.mean(0.5 * (1.0 + np.tanh(0.5 * beta * toks)))) if toks.size else None  # sigmoid
+
+    cons = [r for r in rows if r["consistent"]]
+    inc = [r for r in rows if not r["consistent"]]
+    return {"steps_consistent": len(cons), "steps_inconsistent": len(inc),
+            "gate_consistent": gate(cons), "gate_inconsistent": gate(inc),
+            "lift_expert": float(np.mean([r["d_e"].sum() for r in inc])) if inc else None,
+            "lift_sampled": float(np.mean([r["d_a"].sum() for r in inc])) if inc else None}
+
+
+def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_steps: int = 15,
+                  history_window: int = 2, beta: float = 5.0, seed: int = 0, micro_batch: int = 32,
+                  max_prompt_tokens: int = 1024, analyzer_max_new_tokens: int = 192,
+                  success_threshold: float = 5.0) -> dict:
+    """{condition: summary} of the module docstring, plus 'self_parse_rate'."""
+    from seed_jax.rollout.analyzer import analyze_trajectories
+    from seed_jax.rollout.loop import make_prompt_encoder
+    from seed_jax.skills import insert_skill
+    from seed_jax.study.demos import noisy_episode
+
+    rng = random.Random(f"probe:{seed}")
+    demos = [noisy_episode(t, rng, noise, 0.0, max_steps, history_window) for t in tasks]
+    own = [d.skill() for d in demos]
+    order = list(range(len(demos)))
+    shift = rng.randrange(1, len(demos)) if len(demos) > 1 else 0
+    shuffled = [own[(i + shift) % len(demos)] for i in order]  # a derangement: every demo gets another's
+    trajs = [d.to_trajectory(f"probe#{i}") for i, d in enumerate(demos)]
+    parses, _ = analyze_trajectories(model, tok, trajs, encode_prompt=make_prompt_encoder(tok),
+                                     success_threshold=success_threshold,
+                                     max_new_tokens=analyzer_max_new_tokens,
+                                     max_prompt_tokens=max_prompt_tokens, progress=False)
+    self_skills = [parses[t.traj_id].skill if parses.get(t.traj_id) and parses[t.traj_id].ok else None
+                   for t in trajs]
+    skills = {"own": own, "shuffled": shuffled, "self": self_skills}
+
+    steps = [(k, s) for k, d in enumerate(demos) for s in d.steps]
+    plain_a = _logprobs(model, tok, [s.prompt for _, s in steps], [s.response for _, s in steps],
+                        micro_batch, max_prompt_tokens)
+    plain_e = _logprobs(model, tok, [s.prompt for _, s in steps], [s.expert_response for _, s in steps],
+                        micro_batch, max_prompt_tokens)
+    out: dict = {"demos": len(demos), "steps": len(steps),
+                 "self_parse_rate": sum(s is not None for s in self_skills) / max(len(demos), 1)}
+    for cond in CONDITIONS:
+        keep = [i for i, (k, _) in enumerate(steps) if skills[cond][k]]
+        hinted = [insert_skill(steps[i][1].prompt, skills[cond][steps[i][0]]) for i in keep]
+        hint_a = _logprobs(model, tok, hinted, [steps[i][1].response for i in keep], micro_batch, max_prompt_tokens)
+        hint_e = _logprobs(model, tok, hinted, [steps[i][1].expert_response for i in keep], micro_batch,
+                           max_prompt_tokens)
+        rows = [{"consistent": steps[i][1].consistent, "d_a": ha - plain_a[i], "d_e": he - plain_e[i]}
+                for i, ha, he in zip(keep, hint_a, hint_e)]
+        out[cond] = _summary(rows, beta)
+    return out
+
+
+def probe_checkpoints(config, out, arms: Sequence[str], seeds: Sequence[int]) -> dict:
+    """The probe of the stage-1 checkpoint and of the final policy of the first seed of the
+    GRPO and SEED arms (those present), on the first ``study.probe_tasks`` training tasks."""
+    from pathlib import Path
+
+    from seed_jax.pipeline.environments import make_benchmark
+    from seed_jax.pipeline.runtime import load_policy
+    from seed_jax.study.report import arm_dir
+
+    out = Path(out)
+    bench = make_benchmark(config.env)
+    tasks = bench.tasks(bench.train_split)[:int(config.study.probe_tasks)]
+    points = {"stage-1 checkpoint": out / "base" / "sft" / "model"}
+    for arm in ("sft_grpo", "seed"):
+        if arm in arms and seeds:
+            points[arm] = arm_dir(out, arm, seeds[0]) / "rl" / "final_model"
+    res = {}
+    for name, path in points.items():
+        if not (path / "config.json").exists():
+            continue
+        model, tok = load_policy(config, path)
+        res[name] = teacher_probe(model, tok, tasks, max_steps=int(config.env.max_steps),
+                                  history_window=int(config.env.history_window),
+                                  beta=float(config.train.beta_opd), seed=int(config.seed),
+                                  micro_batch=int(config.train.micro_batch_size),
+                                  max_prompt_tokens=int(config.analysis.max_prompt_tokens),
+                                  analyzer_max_new_tokens=int(config.analysis.max_new_tokens),
+                                  success_threshold=float(bench.spec.success_threshold))
+    return res
