@@ -1,4 +1,4 @@
-"""The household evidence study in one command (issue 6).
+"""The household evidence study in one command.
 
     python bench/household_study.py [--preset study|ci|tiny] [--out DIR] [--arms a,b] [--seeds 0,1,2]
                                     [--set key=value ...]

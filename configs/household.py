@@ -1,4 +1,4 @@
-"""Household evidence study (issue 6): ``python bench/household_study.py --preset study``.
+"""Household evidence study: ``python bench/household_study.py --preset study``.
 
 Also usable with the launcher once ``model.path`` points at a stage-0 policy directory:
 ``python -m seed_jax.launch --config=configs/household.py:study --config.model.path=DIR``.
