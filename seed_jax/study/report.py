@@ -312,12 +312,13 @@ def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
 
 
 def plot_gates(res: dict, arms: Sequence[str], path: Path) -> Path | None:
-    """Mean gate per update on expert-consistent (solid) vs inconsistent (dashed) step-samples."""
+    """Mean gate per update on expert-consistent (solid) vs inconsistent (dashed) step-samples,
+    one colour per arm."""
     audited = [a for a in arms if any(d.get("audit") for d in res["arms"].get(a, {}).values())]
     if not audited:
         return None
     fig, (ax,) = _fig(1, 1, (7.0, 4.2))
-    for arm in audited:
+    for i, arm in enumerate(audited):
         for kind, style in (("consistent", "-"), ("inconsistent", "--")):
             acc: dict[int, list[tuple[float, float]]] = {}
             for d in res["arms"][arm].values():
@@ -329,7 +330,7 @@ def plot_gates(res: dict, arms: Sequence[str], path: Path) -> Path | None:
                 continue
             xs = sorted(acc)
             ys = [sum(w * g for w, g in acc[u]) / sum(w for w, _ in acc[u]) for u in xs]
-            ax.plot(np.array(xs) + 1, ys, style, label=f"{arm_label(arm)}: {kind}")
+            ax.plot(np.array(xs) + 1, ys, style, color=f"C{i}", label=f"{arm_label(arm)}: {kind}")
     ax.axhline(0.5, color="gray", lw=0.5)
     ax.set_xlabel("RL update")
     ax.set_ylabel("mean OPD gate (theta_old)")
