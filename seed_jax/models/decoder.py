@@ -6,18 +6,18 @@ qkv bias (Qwen2) and per-head q/k RMSNorm before RoPE (Qwen3). The layers are st
 ``nn.scan`` (one compiled block, parameters with a leading ``[num_layers]`` axis), optionally
 rematerialised.
 
-Two ways to call it, sharing one code path:
+Two ways to call it, sharing the same blocks:
 
-* scoring / training: ``tokens [B, T]``, ``positions [B, T]``, ``kv_mask [B, T]`` and no cache;
-* cached decoding: a `KVCache` of ``S`` slots, the write offset ``cache_index`` (same for the
-  whole batch) and ``kv_mask [B, S]`` telling which cache slots hold real tokens. Query ``t``
-  attends to slot ``s`` iff ``kv_mask[b, s]`` and ``s <= cache_index + t``. Only the new
-  tokens' slots are written, in place.
-
-For generation, `forward_cached_unrolled` runs the same blocks as a Python loop over per-layer
-weights (`unstack_layers`) and per-layer caches (`KVCache.split`): a scanned layer loop copies
-each layer's weights out of the stacked arrays at every call (XLA CPU cannot feed a slice to a
-matmul in place), a quarter of a decode step's time at batch 16 on SmolLM2-135M.
+* scoring / training (scanned layers): ``tokens [B, T]``, ``positions [B, T]``,
+  ``kv_mask [B, T]`` and no cache;
+* cached decoding (`forward_cached_unrolled`): the blocks run as a Python loop over per-layer
+  weights (`unstack_layers`) and one `KVCache` per layer (`KVCache.split`) of ``S`` slots, the
+  write offset ``cache_index`` (same for the whole batch) and ``kv_mask [B, S]`` telling which
+  cache slots hold real tokens. Query ``t`` attends to slot ``s`` iff ``kv_mask[b, s]`` and
+  ``s <= cache_index + t``. Only the new tokens' slots are written, in place. Generation does
+  not use the scanned loop because it copies each layer's weights out of the stacked arrays at
+  every call (XLA CPU cannot feed a slice to a matmul in place), a quarter of a decode step's
+  time at batch 16 on SmolLM2-135M.
 """
 
 from __future__ import annotations
@@ -53,11 +53,6 @@ class KVCache(NamedTuple):
     def split(self) -> tuple["KVCache", ...]:
         """One `KVCache` per layer (``[B, K, D, S]`` keys, ``[B, K, S, D]`` values)."""
         return tuple(KVCache(k, v) for k, v in zip(self.k, self.v))
-
-    @classmethod
-    def stack(cls, layers: Sequence["KVCache"]) -> "KVCache":
-        """Inverse of `split`."""
-        return cls(jnp.stack([c.k for c in layers]), jnp.stack([c.v for c in layers]))
 
 
 def rope_inv_freq(cfg: ModelConfig) -> jax.Array:
@@ -137,13 +132,11 @@ class Attention(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x, positions, mask, cache, layer, cache_index):
-        """``cache``: None, the stacked ``(k, v)`` with this layer at ``[layer]``, or (``layer``
-        None) this layer's own ``(k, v)``.
+    def __call__(self, x, positions, mask, cache, cache_index):
+        """``cache``: None, or this layer's own ``(k [B, K, D, S], v [B, K, S, D])``.
 
         Only the new tokens' slots are written (one small ``dynamic_update_slice``), so a cache
-        carried through the layer loop and the decode loop is updated in place instead of
-        being rebuilt every step.
+        carried through the decode loop is updated in place instead of being rebuilt every step.
         """
         cfg = self.cfg
         B, T, _ = x.shape
@@ -163,18 +156,9 @@ class Attention(nn.Module):
         if cache is not None:
             ck, cv = cache
             zero = jnp.zeros((), jnp.int32)
-            if layer is None:  # this layer's own [B, K, D, S] / [B, K, S, D] arrays
-                ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (zero, zero, zero, cache_index))
-                cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (zero, zero, cache_index, zero))
-                cache, k, v = (ck, cv), ck, cv
-            else:  # the stacked [L, ...] arrays
-                ck = jax.lax.dynamic_update_slice(ck, k[None].astype(ck.dtype),
-                                                  (layer, zero, zero, zero, cache_index))
-                cv = jax.lax.dynamic_update_slice(cv, v[None].astype(cv.dtype),
-                                                  (layer, zero, zero, cache_index, zero))
-                cache = (ck, cv)
-                k = jax.lax.dynamic_index_in_dim(ck, layer, 0, keepdims=False)
-                v = jax.lax.dynamic_index_in_dim(cv, layer, 0, keepdims=False)
+            ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (zero, zero, zero, cache_index))
+            cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (zero, zero, cache_index, zero))
+            cache, k, v = (ck, cv), ck, cv
         out = _attend(q, k, v, mask, D)
         return _dense(cfg.hidden_size, cfg, "o_proj")(out.astype(resolve_dtype(cfg.dtype))), cache
 
@@ -191,18 +175,18 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One pre-norm decoder layer, scanned: ``((x, cache), layer) -> ((x, cache), None)``."""
+    """One pre-norm decoder layer: ``(x, cache) -> ((x, cache), None)`` (the scan's form)."""
 
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, carry, layer, positions, mask, cache_index):
+    def __call__(self, carry, positions, mask, cache_index):
         cfg = self.cfg
         x, cache = carry
         norm = dict(eps=cfg.rms_norm_eps, dtype=resolve_dtype(cfg.dtype),
                     param_dtype=resolve_dtype(cfg.param_dtype))
         h, cache = Attention(cfg, name="self_attn")(
-            RMSNorm(name="input_layernorm", **norm)(x), positions, mask, cache, layer, cache_index)
+            RMSNorm(name="input_layernorm", **norm)(x), positions, mask, cache, cache_index)
         x = x + h
         x = x + MLP(cfg, name="mlp")(RMSNorm(name="post_attention_layernorm", **norm)(x))
         return (x, cache), None
@@ -219,11 +203,10 @@ def attention_mask(kv_mask: jax.Array, q_len: int, cache_index) -> jax.Array:
 class Decoder(nn.Module):
     """Token ids -> final normed hidden states ``[B, T, hidden]`` (and the updated cache).
 
-    ``unrolled=True`` runs the layers as a Python loop over separate parameter trees
-    ``layers_0 .. layers_{L-1}`` (see `unstack_layers`) and takes the cache as one `KVCache`
-    per layer (``[B, K, D, S]`` keys, ``[B, K, S, D]`` values). The maths is the same; it
-    exists for generation, where a scanned layer loop copies every layer's weights out of the
-    stacked arrays at each step.
+    Scanned layers (parameters ``layers`` ``[L, ...]``) take no cache. ``unrolled=True`` runs
+    the layers as a Python loop over separate parameter trees ``layers_0 .. layers_{L-1}`` (see
+    `unstack_layers`) and takes an optional cache, one `KVCache` per layer (``[B, K, D, S]``
+    keys, ``[B, K, S, D]`` values). The maths is the same; the unrolled form is for generation.
     """
 
     cfg: ModelConfig
@@ -247,21 +230,20 @@ class Decoder(nn.Module):
             for i in range(cfg.num_layers):
                 layer_cache = None if cache is None else (cache[i].k, cache[i].v)
                 (x, layer_cache), _ = block(cfg, name=f"layers_{i}")(
-                    (x, layer_cache), None, positions, mask, cache_index)
+                    (x, layer_cache), positions, mask, cache_index)
                 new_cache.append(None if cache is None else KVCache(*layer_cache))
             new_cache = None if cache is None else tuple(new_cache)
         else:
+            if cache is not None:
+                raise ValueError("the scanned decoder takes no cache; decode with forward_cached_unrolled")
             layers = nn.scan(
                 block,
                 variable_axes={"params": 0},
                 split_rngs={"params": True},
-                in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+                in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                 length=cfg.num_layers,
             )(cfg, name="layers")
-            carry = (x, None if cache is None else (cache.k, cache.v))
-            (x, new_cache), _ = layers(carry, jnp.arange(cfg.num_layers, dtype=jnp.int32), positions,
-                                       mask, cache_index)
-            new_cache = None if cache is None else KVCache(*new_cache)
+            (x, new_cache), _ = layers((x, None), positions, mask, cache_index)
         x = RMSNorm(cfg.rms_norm_eps, dtype, pdtype, name="norm")(x)
         if not cfg.tie_word_embeddings:
             # Declare the untied head here so that init creates it; applied by `logits_from_hidden`.
@@ -318,21 +300,12 @@ def forward(params, cfg: ModelConfig, tokens, attention_mask, positions=None) ->
     return logits_from_hidden(params, cfg, hidden_states(params, cfg, tokens, attention_mask, positions))
 
 
-def forward_cached(params, cfg: ModelConfig, tokens, positions, kv_mask, cache: KVCache, cache_index,
-                   last_only: bool = False):
-    """Cached forward: writes the new keys/values at ``cache_index``; returns (logits, cache).
-
-    ``last_only`` returns the logits of the last position only (``[B, 1, V]``).
-    """
-    h, cache = Decoder(cfg).apply({"params": params}, tokens, positions, kv_mask, cache, cache_index)
-    return logits_from_hidden(params, cfg, h[:, -1:] if last_only else h), cache
-
-
 def forward_cached_unrolled(uparams, cfg: ModelConfig, tokens, positions, kv_mask,
                             cache: Sequence[KVCache], cache_index, last_only: bool = False):
-    """`forward_cached` on `unstack_layers` parameters and a per-layer cache (`KVCache.split`).
+    """Cached forward on `unstack_layers` parameters and a per-layer cache (`KVCache.split`):
+    writes the new keys/values at ``cache_index``; returns (logits, cache).
 
-    Same result; faster for short inputs (decoding), since no layer's weights are copied.
+    ``last_only`` returns the logits of the last position only (``[B, 1, V]``).
     """
     h, cache = Decoder(cfg, unrolled=True).apply({"params": uparams}, tokens, positions, kv_mask,
                                                  tuple(cache), cache_index)
