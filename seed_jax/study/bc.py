@@ -230,19 +230,23 @@ def copy_batch(rng: np.random.Generator, vocab_size: int, batch: int = 32, lengt
     return {"input_ids": ids, "attention_mask": np.ones_like(ids), "loss_mask": np.ones((batch, length), np.float32)}
 
 
-def train_copy(params, model_cfg, bc: BCConfig, mesh, progress=None):
-    """Synthetic induction warm-up (`copy_batch`) with the SFT step; returns (params, losses)."""
+def sft_trainer(params, model_cfg, mesh, seed: int, **train):
+    """``(state, step)``: AdamW state and the project's SFT step (`seed_jax.train.sft`) for one
+    stage-0 phase; ``train`` holds the phase's `TrainConfig` fields (lr, schedule, ...)."""
     from seed_jax.train.config import TrainConfig
     from seed_jax.train.sft import make_sft_step
     from seed_jax.train.state import create_sharded_state
 
+    tc = TrainConfig(weight_decay=0.01, grad_clip=1.0, c_ent=0.0, c_kl=0.0, lambda_opd=0.0, **train)
+    return create_sharded_state(params, tc, mesh, rng=seed), make_sft_step(model_cfg, tc, mesh)
+
+
+def train_copy(params, model_cfg, bc: BCConfig, mesh, progress=None):
+    """Synthetic induction warm-up (`copy_batch`) with the SFT step; returns (params, losses)."""
     if bc.copy_steps <= 0:
         return params, []
-    tc = TrainConfig(lr=bc.lr, weight_decay=0.01, grad_clip=1.0, schedule="warmup_constant",
-                     warmup_steps=max(1, min(bc.warmup_steps, bc.copy_steps)), c_ent=0.0, c_kl=0.0,
-                     lambda_opd=0.0, micro_batch_size=32)
-    state = create_sharded_state(params, tc, mesh, rng=bc.seed)
-    step = make_sft_step(model_cfg, tc, mesh)
+    state, step = sft_trainer(params, model_cfg, mesh, bc.seed, lr=bc.lr, schedule="warmup_constant",
+                              warmup_steps=max(1, min(bc.warmup_steps, bc.copy_steps)), micro_batch_size=32)
     rng = np.random.default_rng([bc.seed, 17])
     losses = []
     for _ in range(bc.copy_steps):
@@ -256,19 +260,13 @@ def train_copy(params, model_cfg, bc: BCConfig, mesh, progress=None):
 def train_bc(params, model_cfg, encoded, bc: BCConfig, mesh, pad_id: int, progress=None):
     """``bc.steps`` behaviour-cloning steps with the project's SFT step (cosine schedule to 10 %
     of ``bc.lr``; epochs reshuffled and cycled as needed); returns (params, per-step losses)."""
-    from seed_jax.train.config import TrainConfig
-    from seed_jax.train.sft import make_sft_step
-    from seed_jax.train.state import create_sharded_state
-
     lm = bc.lm_weight > 0
     if num_batches(encoded, bc.batch_size, lm) == 0:
         raise ValueError(f"stage 0: fewer than stage0.batch_size={bc.batch_size} examples per length bucket")
     total = bc.steps
-    tc = TrainConfig(lr=bc.lr, weight_decay=0.01, grad_clip=1.0, schedule="cosine",
-                     warmup_steps=min(bc.warmup_steps, total - 1), total_steps=total, min_lr_ratio=0.1,
-                     c_ent=0.0, c_kl=0.0, lambda_opd=0.0, micro_batch_size=bc.batch_size)
-    state = create_sharded_state(params, tc, mesh, rng=bc.seed)
-    step = make_sft_step(model_cfg, tc, mesh)
+    state, step = sft_trainer(params, model_cfg, mesh, bc.seed, lr=bc.lr, schedule="cosine",
+                              warmup_steps=min(bc.warmup_steps, total - 1), total_steps=total, min_lr_ratio=0.1,
+                              micro_batch_size=bc.batch_size)
     losses: list[float] = []
     epoch = 0
     while len(losses) < total:
@@ -308,17 +306,10 @@ def train_multitask(params, model_cfg, act_encoded, ana_encoded, bc: BCConfig, m
     """``bc.analyzer_steps`` steps alternating an acting batch (``bc_batches`` with ``lm_weight``)
     and an analyzer batch (answer-only loss, ``analyzer_batch`` rows), constant ``analyzer_lr``
     after a short warm-up; returns (params, acting losses, analyzer losses)."""
-    from seed_jax.train.config import TrainConfig
-    from seed_jax.train.sft import make_sft_step
-    from seed_jax.train.state import create_sharded_state
-
     if bc.analyzer_steps <= 0 or not ana_encoded:
         return params, [], []
-    tc = TrainConfig(lr=bc.analyzer_lr, weight_decay=0.01, grad_clip=1.0, schedule="warmup_constant",
-                     warmup_steps=max(1, min(bc.warmup_steps, bc.analyzer_steps)), c_ent=0.0, c_kl=0.0,
-                     lambda_opd=0.0, micro_batch_size=None)
-    state = create_sharded_state(params, tc, mesh, rng=bc.seed)
-    step = make_sft_step(model_cfg, tc, mesh)
+    state, step = sft_trainer(params, model_cfg, mesh, bc.seed, lr=bc.analyzer_lr, schedule="warmup_constant",
+                              warmup_steps=max(1, min(bc.warmup_steps, bc.analyzer_steps)), micro_batch_size=None)
 
     def cycle(encoded, size, lm_weight, tag):
         epoch = 0
@@ -403,7 +394,8 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
     bench = make_benchmark(env_cfg)
     tok = build_tokenizer()
     cfg = model_config(tok, bc)
-    demos = make_demos(demo_tasks(bc, env_cfg), bc, bench.spec.max_steps, bench.spec.history_window)
+    tasks = demo_tasks(bc, env_cfg)
+    demos = make_demos(tasks, bc, bench.spec.max_steps, bench.spec.history_window)
     examples = bc_examples(demos, bc.skill_share, bc.seed, bc.include_plan)
     encoded = encode_examples(examples, tok, config.rollout.max_prompt_tokens, config.rollout.max_response_tokens)
     mesh = mesh or make_mesh()
@@ -429,7 +421,7 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
         save_policy(Model(cfg, params, "stage0-bc"), tok, phase_b)
         info_b.write_text(json.dumps(done_b, indent=1))
     t_mt = time.time()
-    ana_demos = analyzer_demos(demo_tasks(bc, env_cfg), bc, bench.spec.max_steps, bench.spec.history_window)
+    ana_demos = analyzer_demos(tasks, bc, bench.spec.max_steps, bench.spec.history_window)
     ana = analyzer_examples(ana_demos, int(env_cfg.get("analyzer_max_chars", 3072)),
                             bench.spec.success_threshold, bool(env_cfg.get("skill_plan", False)))
     ana_encoded = encode_examples(ana, tok, config.analysis.max_prompt_tokens, config.stage1.max_answer_tokens)

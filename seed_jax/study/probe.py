@@ -40,16 +40,15 @@ def _logprobs(model, tok, prompts: Sequence[str], responses: Sequence[str], micr
               max_prompt_tokens: int) -> list[np.ndarray]:
     """Per pair, the token log-probs of ``response + EOS`` after the chat-templated prompt."""
     from seed_jax.rollout.batch import left_pad, right_pad, round_up
-    from seed_jax.rollout.loop import make_prompt_encoder
-    from seed_jax.study.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS
+    from seed_jax.study.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
     from seed_jax.train.logprobs import compute_logprobs
 
-    encode = make_prompt_encoder(tok)
-    p_ids = [encode(p)[-max_prompt_tokens:] for p in prompts]
-    r_ids = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in responses]
+    encoded = encode_examples([(p, r, "") for p, r in zip(prompts, responses)], tok, max_prompt_tokens,
+                              RESPONSE_BUCKETS[-1])
+    p_ids, r_ids = [p for p, _ in encoded], [r for _, r in encoded]
     out: list[np.ndarray | None] = [None] * len(prompts)
     groups: dict[tuple[int, int], list[int]] = {}
-    for i, (p, r) in enumerate(zip(p_ids, r_ids)):
+    for i, (p, r) in enumerate(encoded):
         groups.setdefault((round_up(len(p), PROMPT_BUCKETS), round_up(len(r), RESPONSE_BUCKETS)), []).append(i)
     for (P, R), idx in sorted(groups.items()):
         pi, pm = left_pad([p_ids[i] for i in idx], P, tok.pad_token_id)
@@ -87,9 +86,8 @@ def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_
     rng = random.Random(f"probe:{seed}")
     demos = [noisy_episode(t, rng, noise, 0.0, max_steps, history_window) for t in tasks]
     own = [d.skill() for d in demos]
-    order = list(range(len(demos)))
     shift = rng.randrange(1, len(demos)) if len(demos) > 1 else 0
-    shuffled = [own[(i + shift) % len(demos)] for i in order]  # a derangement: every demo gets another's
+    shuffled = [own[(i + shift) % len(demos)] for i in range(len(demos))]  # every demo gets another's
     trajs = [d.to_trajectory(f"probe#{i}") for i, d in enumerate(demos)]
     parses, _ = analyze_trajectories(model, tok, trajs, encode_prompt=make_prompt_encoder(tok),
                                      success_threshold=success_threshold,
