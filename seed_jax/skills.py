@@ -168,6 +168,9 @@ _CLOSERS = {'"': '"', "'": "'", "\u201c": "\u201d\u201c", "\u201d": "\u201d",
             "\u2018": "\u2019", "\u2019": "\u2019", "\u201e": "\u201c\u201d"}
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\",
             '"': '"', "'": "'"}
+# \xHH, \uHHHH (JSON and Python) and \UHHHHHHHH (Python repr of non-BMP characters)
+_HEX_ESCAPE_WIDTH = {"x": 2, "u": 4, "U": 8}
+_HEX = re.compile(r"[0-9a-fA-F]+")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _BARE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 _LITERALS = {"true": True, "false": False, "null": None, "True": True, "False": False,
@@ -262,9 +265,12 @@ class _Lenient:
             c = self.s[i]
             if c == "\\" and i + 1 < len(self.s):
                 nxt = self.s[i + 1]
-                if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", self.s[i + 2 : i + 6]):
-                    buf.append(chr(int(self.s[i + 2 : i + 6], 16)))
-                    i += 6
+                width = _HEX_ESCAPE_WIDTH.get(nxt, 0)
+                digits = self.s[i + 2 : i + 2 + width]
+                if width and len(digits) == width and _HEX.fullmatch(digits) \
+                        and int(digits, 16) <= 0x10FFFF:
+                    buf.append(chr(int(digits, 16)))
+                    i += 2 + width
                     continue
                 buf.append(_ESCAPES.get(nxt, nxt))
                 i += 2

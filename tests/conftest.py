@@ -6,6 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+# Property tests draw the same examples on every run (derandomize) so that CI is reproducible;
+# `HYPOTHESIS_PROFILE=explore python -m pytest tests/test_skills.py` draws fresh random
+# examples on each run, for hunting new failures.
+hypothesis_settings.register_profile("repro", derandomize=True, print_blob=True)
+hypothesis_settings.register_profile("explore", derandomize=False, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from seed_jax.rollout.trajectory import StepSample, Trajectory
@@ -157,6 +157,10 @@ _PRINTABLE = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Z
 
 @settings(max_examples=300, deadline=None)
 @given(before=_PROSE, summary=_PRINTABLE, skill=_PRINTABLE)
+# repr escapes characters it deems unprintable as \xHH, \uHHHH and \UHHHHHHHH
+@example(before="", summary="\U00018cd6", skill="0 0 0 0 0")
+@example(before="x ", summary="a\xa0b", skill="go \ue000 to the shelf now")
+@example(before="", summary="s", skill="one two three four \U000e0001 five")
 def test_parse_skill_recovers_python_repr(before, summary, skill):
     """Single-quoted (Python-style) dicts, including apostrophes escaped by repr."""
     text = before + repr({"episode_summary": summary, "episode_skill": skill})
