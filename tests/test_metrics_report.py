@@ -248,6 +248,7 @@ def test_timer_accumulates(monkeypatch):
 
 
 def test_stage_progress_eta(monkeypatch):
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)  # the bar must draw for this test
     clock = FakeClock()
     monkeypatch.setattr(M.time, "perf_counter", clock)
     buf = io.StringIO()

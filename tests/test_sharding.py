@@ -65,8 +65,10 @@ def worker(out: str) -> None:
 
 def test_eight_device_step_equals_one_device(tmp_path):
     out = tmp_path / "sharded.npz"
+    repo = str(Path(__file__).resolve().parents[1])  # the script imports this checkout's seed_jax
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               JAX_PLATFORMS="cpu")
+               JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, __file__, str(out)], env=env, capture_output=True,
                           text=True, timeout=300, cwd=Path(__file__).parent.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
