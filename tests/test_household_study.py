@@ -95,6 +95,24 @@ def test_bc_batches_layout_response_only_and_lm():
     assert sorted(lm0["loss_mask"].sum(1).tolist()) == [1.0, 2.0]
 
 
+def test_cycled_batches_run_past_an_epoch_and_reject_too_small_buckets():
+    import itertools
+
+    from seed_jax.study.bc import cycled_batches
+
+    # 5 examples in one bucket, batches of 2: 2 batches per epoch, one example dropped per epoch
+    encoded = [([5, i], [8 + i]) for i in range(5)]
+    batches = list(itertools.islice(cycled_batches(encoded, 2, 0, 0.0, "t", "stage0.batch_size"), 6))
+    assert len(batches) == 6  # three epochs
+    rows = [tuple(int(t) for t in r if t) for b in batches for r in b["input_ids"]]
+    for epoch in range(3):
+        seen = rows[4 * epoch: 4 * epoch + 4]
+        assert len(set(seen)) == 4  # no example twice within an epoch
+    assert len(set(rows)) == 5  # reshuffled epochs reach every example
+    with pytest.raises(ValueError, match=r"stage0.analyzer_batch=8"):
+        cycled_batches(encoded, 8, 0, 0.0, "t", "stage0.analyzer_batch")
+
+
 def test_hint_examples_insert_the_demo_skill():
     from seed_jax.skills import SKILL_HEADING
     from seed_jax.study.bc import bc_examples

@@ -13,7 +13,6 @@ from typing import Callable, Sequence
 from tqdm.auto import tqdm
 
 from seed_jax.metrics import progress_enabled
-
 from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.sampling import generate
 from seed_jax.skills import SkillParse, build_analyzer_prompt, parse_skill

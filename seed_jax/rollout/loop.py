@@ -19,7 +19,6 @@ from typing import Callable, Sequence
 from tqdm.auto import tqdm
 
 from seed_jax.metrics import progress_enabled
-
 from seed_jax.rollout.pool import EnvBackend
 from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.sampling import generate

@@ -51,6 +51,7 @@ can point at it and the pipeline loads it with `load_policy`.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import random
@@ -215,6 +216,20 @@ def num_batches(encoded, batch_size: int, lm: bool = False) -> int:
     return sum(n // batch_size for n in counts.values())
 
 
+def cycled_batches(encoded, batch_size: int, pad_id: int, lm_weight: float, tag: str, name: str):
+    """`bc_batches` epoch after epoch without end, epoch ``e`` shuffled by ``Random(f"{tag}:{e}")``.
+    Raises ValueError (naming the setting ``name``) when no length bucket holds ``batch_size``
+    examples, since no epoch would then yield a batch."""
+    if num_batches(encoded, batch_size, lm_weight > 0) == 0:  # checked now, not at the first next()
+        raise ValueError(f"stage 0: fewer than {name}={batch_size} examples in every length bucket")
+
+    def epochs():
+        for epoch in itertools.count():
+            yield from bc_batches(encoded, batch_size, random.Random(f"{tag}:{epoch}"), pad_id, lm_weight)
+
+    return epochs()
+
+
 def copy_batch(rng: np.random.Generator, vocab_size: int, batch: int = 32, length: int = 40,
                alphabets: Sequence[int] = (8, 16, 32, 0)) -> dict:
     """One batch of the induction warm-up: rows ``BOS x SEP x`` with ``x`` ``length`` ids drawn
@@ -260,25 +275,17 @@ def train_copy(params, model_cfg, bc: BCConfig, mesh, progress=None):
 def train_bc(params, model_cfg, encoded, bc: BCConfig, mesh, pad_id: int, progress=None):
     """``bc.steps`` behaviour-cloning steps with the project's SFT step (cosine schedule to 10 %
     of ``bc.lr``; epochs reshuffled and cycled as needed); returns (params, per-step losses)."""
-    lm = bc.lm_weight > 0
-    if num_batches(encoded, bc.batch_size, lm) == 0:
-        raise ValueError(f"stage 0: fewer than stage0.batch_size={bc.batch_size} examples per length bucket")
+    batches = cycled_batches(encoded, bc.batch_size, pad_id, bc.lm_weight, f"bc:{bc.seed}", "stage0.batch_size")
     total = bc.steps
     state, step = sft_trainer(params, model_cfg, mesh, bc.seed, lr=bc.lr, schedule="cosine",
                               warmup_steps=min(bc.warmup_steps, total - 1), total_steps=total, min_lr_ratio=0.1,
                               micro_batch_size=bc.batch_size)
     losses: list[float] = []
-    epoch = 0
-    while len(losses) < total:
-        for batch in bc_batches(encoded, bc.batch_size, random.Random(f"bc:{bc.seed}:{epoch}"), pad_id,
-                                bc.lm_weight):
-            state, m = step(state, batch)
-            losses.append(float(jax.device_get(m["loss"])))
-            if progress is not None:
-                progress.update(1, nll=f"{losses[-1]:.3f}")
-            if len(losses) >= total:
-                break
-        epoch += 1
+    for batch in itertools.islice(batches, total):
+        state, m = step(state, batch)
+        losses.append(float(jax.device_get(m["loss"])))
+        if progress is not None:
+            progress.update(1, nll=f"{losses[-1]:.3f}")
     return jax.device_get(state.params), losses
 
 
@@ -308,17 +315,12 @@ def train_multitask(params, model_cfg, act_encoded, ana_encoded, bc: BCConfig, m
     after a short warm-up; returns (params, acting losses, analyzer losses)."""
     if bc.analyzer_steps <= 0 or not ana_encoded:
         return params, [], []
+    acts = cycled_batches(act_encoded, bc.batch_size, pad_id, bc.lm_weight, f"mt-act:{bc.seed}",
+                          "stage0.batch_size")
+    anas = cycled_batches(ana_encoded, bc.analyzer_batch, pad_id, 0.0, f"mt-ana:{bc.seed}",
+                          "stage0.analyzer_batch")
     state, step = sft_trainer(params, model_cfg, mesh, bc.seed, lr=bc.analyzer_lr, schedule="warmup_constant",
                               warmup_steps=max(1, min(bc.warmup_steps, bc.analyzer_steps)), micro_batch_size=None)
-
-    def cycle(encoded, size, lm_weight, tag):
-        epoch = 0
-        while True:
-            yield from bc_batches(encoded, size, random.Random(f"{tag}:{bc.seed}:{epoch}"), pad_id, lm_weight)
-            epoch += 1
-
-    acts = cycle(act_encoded, bc.batch_size, bc.lm_weight, "mt-act")
-    anas = cycle(ana_encoded, bc.analyzer_batch, 0.0, "mt-ana")
     act_losses: list[float] = []
     ana_losses: list[float] = []
     for i in range(bc.analyzer_steps):
