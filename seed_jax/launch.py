@@ -26,8 +26,11 @@ log = logging.getLogger("seed_jax")
 HOST0_STAGES = ("collect", "annotate", "eval")  # small host-side stages; sft and rl use every host
 
 
-def run_pipeline(config, workdir, stages=None) -> dict:
-    """Validate, then run the requested stages in order; returns each stage's summary."""
+def run_pipeline(config, workdir, stages=None, rl_callbacks=()) -> dict:
+    """Validate, then run the requested stages in order; returns each stage's summary.
+
+    ``rl_callbacks``: called with each RL update's `seed_jax.pipeline.rl.UpdateRecord`.
+    """
     import jax
 
     from seed_jax.pipeline.validate import STAGES, validate
@@ -47,7 +50,7 @@ def run_pipeline(config, workdir, stages=None) -> dict:
     mesh = make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     wanted = [s.strip() for s in config.stages.split(",") if s.strip()]
     actions = {"collect": lambda: stage1.collect(run), "annotate": lambda: stage1.annotate_stage(run),
-               "sft": lambda: stage1.sft(run, mesh), "rl": lambda: rl.rl(run, mesh),
+               "sft": lambda: stage1.sft(run, mesh), "rl": lambda: rl.rl(run, mesh, rl_callbacks),
                "eval": lambda: evaluate.eval_stage(run)}
     out = {}
     for stage in STAGES:

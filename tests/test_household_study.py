@@ -255,21 +255,15 @@ def test_probe_summary_hand_computed():
     assert _summary([], 5.0)["gate_consistent"] is None
 
 
-def test_record_rl_steps_appends_compact_trajectories(tmp_path):
-    from seed_jax.pipeline import rl as rl_module
+def test_step_recorder_appends_compact_trajectories(tmp_path):
+    from seed_jax.pipeline.rl import UpdateRecord
     from seed_jax.study.audit import read_step_actions
     from seed_jax.study.demos import noisy_episode
-    from seed_jax.study.experiment import record_rl_steps
+    from seed_jax.study.experiment import step_recorder
 
     demo = noisy_episode(PICK_TASK, random.Random(0), 0.3, 0.3, 6, 2)
-    original = rl_module.run_rollouts
-    rl_module.run_rollouts = lambda *a, **k: [demo.to_trajectory("u3/hand-pick#1")]
-    try:
-        with record_rl_steps(tmp_path):
-            out = rl_module.run_rollouts()
-        assert rl_module.run_rollouts is not original and out[0].traj_id == "u3/hand-pick#1"
-    finally:
-        rl_module.run_rollouts = original
+    record = step_recorder(tmp_path)
+    record(UpdateRecord(3, [demo.to_trajectory("u3/hand-pick#1")], {}, {}, {}, {}))
     got = read_step_actions(tmp_path)
     assert got == {"u3/hand-pick#1": {"task_id": "hand-pick", "actions": [s.action for s in demo.steps]}}
 

@@ -18,10 +18,12 @@ trajectory with both log-probs from the parameters that start the update (``thet
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
 import time
+from typing import Callable, Sequence
 
 import jax
 import numpy as np
@@ -45,6 +47,27 @@ log = logging.getLogger("seed_jax")
 
 METRIC_NAMES = {"opd_gate_mean": "gate_mean", "opd_gate_gt_half": "gate_gt_half",
                 "opd_teacher_gap": "teacher_gap", "opd_active_share": "active_share"}
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateRecord:
+    """What one RL update produced, handed to every callback of `rl` after the update.
+
+    ``trajectories``: this host's rollouts; ``skills``: traj_id -> the skill used for OPD (None:
+    no skill); ``parses``: traj_id -> the self-analysis parse (empty when the policy wrote no
+    skills); ``gates``: traj_id -> gate summary under theta_old (audit); ``metrics``: the
+    update's row of metrics.jsonl.
+    """
+
+    update: int
+    trajectories: list
+    skills: dict
+    parses: dict
+    gates: dict
+    metrics: dict
+
+
+RLCallback = Callable[[UpdateRecord], None]
 
 
 def update_tasks(run: Run, u: int) -> list[dict]:
@@ -75,7 +98,7 @@ def rl_start_dir(run: Run):
     return run.workdir / "sft" / "model" if run.switches.sft else None
 
 
-def rl(run: Run, mesh) -> dict:
+def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     c = run.config
     if not run.switches.train or c.rl.num_updates == 0:
         return {"skipped": f"method {c.method} trains no policy" if not run.switches.train else "num_updates = 0"}
@@ -157,6 +180,9 @@ def rl(run: Run, mesh) -> dict:
                                summary=parses[t.traj_id].summary if t.traj_id in parses else "",
                                gate=gates.get(t.traj_id))
                 for t in trajs if not t.env_error])
+            record = UpdateRecord(u, trajs, skills, parses, gates, out)
+            for callback in callbacks:
+                callback(record)
             if (u + 1) % c.rl.checkpoint_every == 0 or u + 1 == c.rl.num_updates:
                 ckpt.save(u, state, {"update": u})
             if c.rl.eval_every and (u + 1) % c.rl.eval_every == 0 and u + 1 < c.rl.num_updates:

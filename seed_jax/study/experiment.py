@@ -18,14 +18,13 @@ arm starts from the same stage-1 checkpoint and has the same rollout budget and 
 updates; arms differ only in the method switch (and lambda for sweep arms). Seeds change
 the RL task order and the sampling seeds (``config.seed``).
 
-The RL stage does not store its trajectories; `record_rl_steps` wraps the rollout function
-that `seed_jax.pipeline.rl` calls and appends each trajectory's commands to
-``rl/step_actions.jsonl`` (for the skill audit). Nothing else in the pipeline is touched.
+The RL stage does not store its trajectories; `step_recorder` is an RL callback (the
+``rl_callbacks`` of `seed_jax.launch.run_pipeline`) that appends each update's trajectory
+commands to ``rl/step_actions.jsonl`` (for the skill audit).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import logging
@@ -64,30 +63,20 @@ def _process_seconds() -> float:
     return time.process_time()
 
 
-@contextlib.contextmanager
-def record_rl_steps(workdir: str | Path):
-    """While active, every RL update's trajectories are appended to
+def step_recorder(workdir: str | Path):
+    """An RL callback that appends every update's trajectories to
     ``<workdir>/rl/step_actions.jsonl`` as ``{traj_id, task_id, won, actions, valid}``."""
-    from seed_jax.pipeline import rl as rl_module
-
     path = Path(workdir) / "rl" / "step_actions.jsonl"
-    original = rl_module.run_rollouts
 
-    def recording(*args, **kwargs):
-        trajs = original(*args, **kwargs)
+    def record(update) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
-            for t in trajs:
+            for t in update.trajectories:
                 f.write(json.dumps({"traj_id": t.traj_id, "task_id": t.task_id, "won": bool(t.won),
                                     "actions": [s.action if s.valid else "" for s in t.steps],
                                     "valid": [bool(s.valid) for s in t.steps]}) + "\n")
-        return trajs
 
-    rl_module.run_rollouts = recording
-    try:
-        yield path
-    finally:
-        rl_module.run_rollouts = original
+    return record
 
 
 def copy_stage1(base: Path, workdir: Path) -> None:
@@ -165,8 +154,7 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
                 continue
             c = arm_config(config, arm, seed)
             copy_stage1(base, wd)
-            with record_rl_steps(wd):
-                _timed(timings, f"{arm}/seed{seed}", lambda: run_pipeline(c, wd, "rl,eval"))
+            _timed(timings, f"{arm}/seed{seed}", lambda: run_pipeline(c, wd, "rl,eval", [step_recorder(wd)]))
             save_timings()
     probe_path = out / "probe.json"
     if int(config.study.get("probe_tasks", 0)) > 0 and not probe_path.exists():
