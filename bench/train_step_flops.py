@@ -103,7 +103,7 @@ def torch_bench(cfg, params, batch, steps, P, Pt, R, threads, workdir):
     wd = Path(workdir)
     if not (wd / "model" / "config.json").exists():
         save_model(Model(cfg, params), wd / "model", dtype="float32")
-        np.savez(wd / "batch.npz", **{k: np.asarray(v) for k, v in batch.items()})
+        np.savez(wd / "batch.npz", **{k: np.asarray(v) for k, v in vars(batch).items() if v is not None})
         (wd / "setup.json").write_text(json.dumps(
             {"P": P, "Pt": Pt, "R": R, "train": dataclasses.asdict(TC)}))
     script = Path(__file__).with_name("torch_seed_step.py")

@@ -20,7 +20,7 @@ B, P, R = 5, 7, 10
 def setup():
     params = random_params(CFG, 1)
     batch = synthetic_seed_batch(3, B, P, R, P, CFG.vocab_size)
-    ids, mask = batch["student_ids"], batch["student_mask"]
+    ids, mask = batch.student_ids, batch.student_mask
     # Reference: full [B, T, V] logits, numpy log-softmax, per-row / per-token loops.
     logits = np.asarray(jax.jit(decoder.forward, static_argnums=1)(params, CFG, ids, mask), np.float64)
     ref_logp = np.zeros((B, R))
@@ -32,7 +32,7 @@ def setup():
             logq = z - np.log(np.exp(z).sum())
             ref_logp[b, j] = logq[ids[b, P + j]]
             ref_ent[b, j] = -(np.exp(logq) * logq).sum()
-    return params, ids, mask, batch["response_mask"], ref_logp, ref_ent
+    return params, ids, mask, batch.response_mask, ref_logp, ref_ent
 
 
 @pytest.mark.parametrize("chunk", [None, 3])

@@ -22,6 +22,7 @@ from seed_jax.train.mesh import (fit_spec, make_mesh, maybe_initialize_distribut
 from seed_jax.train.state import create_sharded_state
 from seed_jax.train.step import make_train_step
 from seed_jax.train.synthetic import random_params, synthetic_seed_batch, tiny_config
+from seed_jax.train.update import metric_means
 
 CFG = tiny_config()
 # adam_eps 1e-3 keeps the first Adam step (lr * g / (|g| + eps)) well conditioned, so that
@@ -37,7 +38,7 @@ def run_step(mesh, tc, to_global=None):
         batch = to_global(batch, mesh)
     state = create_sharded_state(random_params(CFG, 0), tc, mesh)
     state, metrics = make_train_step(CFG, tc, mesh)(state, batch)
-    return state, {k: float(v) for k, v in metrics.items()}
+    return state, metric_means(metrics)
 
 
 def flat(tree) -> dict:

@@ -12,6 +12,7 @@ from seed_jax.train.mesh import make_mesh
 from seed_jax.train.sft import make_sft_step
 from seed_jax.train.state import create_sharded_state, make_schedule
 from seed_jax.train.step import make_train_step, seed_loss_and_grads
+from seed_jax.train.update import metric_means, pool_metrics
 from seed_jax.train.synthetic import (random_params, synthetic_seed_batch, synthetic_sft_batch,
                                       tiny_config)
 
@@ -38,20 +39,19 @@ def params():
 def batch(params):
     """Old / ref log-probs near the model's own (so ratios and k3 stay in a realistic range,
     with both the PPO clip and the dual clip active on some tokens)."""
-    b = synthetic_seed_batch(0, B, P, R, Pt, CFG.vocab_size)
-    lp = compute_logprobs(params, CFG, b["student_ids"], b["student_mask"], P, R, micro_batch=B)
+    b = synthetic_seed_batch(0, B, P, R, Pt, CFG.vocab_size).replace(teacher_logp=None)
+    lp = compute_logprobs(params, CFG, b.student_ids, b.student_mask, P, R, micro_batch=B)
     rng = np.random.default_rng(1)
-    m = b["response_mask"]
-    b["old_logp"] = ((lp + rng.normal(0, 1.0, lp.shape)) * m).astype(np.float32)
-    b["ref_logp"] = ((lp + rng.normal(0, 0.5, lp.shape)) * m).astype(np.float32)
-    b["advantages"] = (rng.normal(0, 1, (B, 1)) * m).astype(np.float32)
-    return b
+    m = b.response_mask
+    return b.replace(old_logp=((lp + rng.normal(0, 1.0, lp.shape)) * m).astype(np.float32),
+                     ref_logp=((lp + rng.normal(0, 0.5, lp.shape)) * m).astype(np.float32),
+                     advantages=(rng.normal(0, 1, (B, 1)) * m).astype(np.float32))
 
 
 def one_step(tc, params, batch, mesh):
     state = create_sharded_state(params, tc, mesh)
     state, metrics = make_train_step(CFG, tc, mesh)(state, batch)
-    return jax.device_get(state), {k: float(v) for k, v in metrics.items()}
+    return jax.device_get(state), metric_means(metrics)
 
 
 def assert_trees_close(a, b, atol, rtol=0.0):
@@ -80,7 +80,7 @@ def test_micro_batched_step_equals_full_batch(params, batch, mesh):
     for k in ("loss", "pg_loss", "entropy", "kl", "opd_loss", "grad_norm", "clip_frac",
               "opd_gate_mean", "opd_active_share", "tokens"):
         np.testing.assert_allclose(micro_m[k], full_m[k], rtol=1e-5, atol=1e-6, err_msg=k)
-    assert full_m["tokens"] == batch["response_mask"].sum()
+    assert full_m["tokens"] == batch.response_mask.sum()
     assert full_m["clip_frac"] > 0 and full_m["skipped"] == 0
     assert int(full_state.step) == 1 and int(full_state.data_pos) == B
 
@@ -127,8 +127,8 @@ def reference_loss(p, b, teacher_params, gate_logp, tc):
 
     keys = ("student_ids", "student_mask", "teacher_ids", "teacher_mask", "advantages",
             "old_logp", "ref_logp", "response_mask", "has_skill")
-    per_row = jax.vmap(row)(*(b[k] for k in keys), gate_logp)
-    return jnp.sum(per_row) / b["response_mask"].sum()
+    per_row = jax.vmap(row)(*(getattr(b, k) for k in keys), gate_logp)
+    return jnp.sum(per_row) / b.response_mask.sum()
 
 
 def test_seed_gradient_equals_handwritten_reference(params, batch):
@@ -141,16 +141,15 @@ def test_seed_gradient_equals_handwritten_reference(params, batch):
 
     # Teacher log-probs and the gate's sg(l) are constants of the reference (computed outside
     # the differentiated function), so only grad l enters: the stop_gradient semantics.
-    gate_logp = compute_logprobs(params, CFG, b["student_ids"], b["student_mask"], P, R, B)
+    gate_logp = compute_logprobs(params, CFG, b.student_ids, b.student_mask, P, R, B)
     ref_loss, ref_grads = jax.jit(jax.value_and_grad(
         lambda p: reference_loss(p, b, params, gate_logp, TC)))(params)
     np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
     assert_trees_close(grads, ref_grads, atol=2e-6, rtol=1e-4)
 
     # Authors' path: teacher_logp precomputed (here with the same params), no teacher ids.
-    tb = {k: v for k, v in b.items() if k not in ("teacher_ids", "teacher_mask")}
-    tb["teacher_logp"] = compute_logprobs(params, CFG, b["teacher_ids"], b["teacher_mask"],
-                                          Pt, R, B)
+    tb = b.replace(teacher_ids=None, teacher_mask=None,
+                   teacher_logp=compute_logprobs(params, CFG, b.teacher_ids, b.teacher_mask, Pt, R, B))
     tco = tc.replace(teacher_from_old=True)
     loss_o, _, grads_o = jax.jit(lambda p, bb: seed_loss_and_grads(p, bb, CFG, tco))(params, tb)
     np.testing.assert_allclose(float(loss_o), float(ref_loss), rtol=1e-5)
@@ -162,7 +161,7 @@ def test_reference_detects_a_leaking_teacher(params, batch):
     """The gradient test above can fail: letting gradient flow through the teacher branch
     moves the reference gradient by far more than that test's tolerance."""
     b = batch
-    gate_logp = compute_logprobs(params, CFG, b["student_ids"], b["student_mask"], P, R, B)
+    gate_logp = compute_logprobs(params, CFG, b.student_ids, b.student_mask, P, R, B)
     grad = lambda teacher: jax.jit(jax.grad(  # noqa: E731
         lambda p: reference_loss(p, b, teacher(p), gate_logp, TC)))(params)
     stopped, leaking = grad(lambda p: params), grad(lambda p: p)
@@ -198,9 +197,9 @@ def test_grpo_program_has_no_teacher_pass_and_seed_adds_forward_only(params, bat
 
 
 def test_nan_advantages_skip_the_update(params, batch, mesh):
-    bad = dict(batch)
-    bad["advantages"] = batch["advantages"].copy()
-    bad["advantages"][0, 0] = np.nan  # a valid token (every row has >= 1 response token)
+    adv = batch.advantages.copy()
+    adv[0, 0] = np.nan  # a valid token (every row has >= 1 response token)
+    bad = batch.replace(advantages=adv)
     state = create_sharded_state(params, TC, mesh)
     before = jax.device_get(state)
     state, m = make_train_step(CFG, TC, mesh)(state, bad)
@@ -217,20 +216,57 @@ def test_nan_advantages_skip_the_update(params, batch, mesh):
 
 def test_sft_loss_is_masked_nll(params, mesh):
     sb = synthetic_sft_batch(5, B, P, R, CFG.vocab_size)
-    logits = np.asarray(forward(params, CFG, sb["input_ids"], sb["attention_mask"]), np.float64)
+    logits = np.asarray(forward(params, CFG, sb.input_ids, sb.attention_mask), np.float64)
     nll, cnt = 0.0, 0
     for b in range(B):
         for j in range(R):
-            if sb["loss_mask"][b, j]:
+            if sb.loss_mask[b, j]:
                 z = logits[b, P - 1 + j]
-                nll -= z[sb["input_ids"][b, P + j]] - z.max() - np.log(np.exp(z - z.max()).sum())
+                nll -= z[sb.input_ids[b, P + j]] - z.max() - np.log(np.exp(z - z.max()).sum())
                 cnt += 1
     tc = TC.replace(micro_batch_size=2)  # the token mean must stay exact when micro-batched
     state = create_sharded_state(params, tc, mesh)
     state, m = make_sft_step(CFG, tc, mesh)(state, sb)
-    np.testing.assert_allclose(float(m["loss"]), nll / cnt, rtol=1e-5)
-    np.testing.assert_allclose(float(m["nll"]), nll / cnt, rtol=1e-5)
-    assert float(m["tokens"]) == cnt and float(m["skipped"]) == 0
+    m = metric_means(m)
+    np.testing.assert_allclose(m["loss"], nll / cnt, rtol=1e-5)
+    np.testing.assert_allclose(m["nll"], nll / cnt, rtol=1e-5)
+    assert m["tokens"] == cnt and m["skipped"] == 0
+
+
+# ------------------------------------------------------------------- typed batch and pooling
+
+
+def test_missing_batch_fields_are_named(params, batch, mesh):
+    state = create_sharded_state(params, TC, mesh)
+    with pytest.raises(ValueError, match="ref_logp"):
+        make_train_step(CFG, TC, mesh)(state, batch.replace(ref_logp=None))
+    with pytest.raises(ValueError, match="teacher_ids"):
+        make_train_step(CFG, TC, mesh)(state, batch.replace(teacher_ids=None, teacher_mask=None))
+    # GRPO without KL needs neither: the step runs and reports no KL
+    tc = TC.replace(lambda_opd=0.0, c_kl=0.0)
+    _, m = one_step(tc, params, batch.replace(ref_logp=None, teacher_ids=None, teacher_mask=None), mesh)
+    assert "kl" not in m and "opd_loss" not in m and np.isfinite(m["loss"])
+
+
+def test_pooled_metrics_of_two_half_steps_equal_one_full_step(params, batch, mesh):
+    """Token means pool as sums over all tokens: the metrics of the two halves of a batch,
+    pooled, equal the metrics of one step over the whole batch (same parameters, lr 0),
+    although the halves hold different token counts (a plain mean of means would differ)."""
+    tc = TC.replace(lr=0.0)
+    _, full = make_train_step(CFG, tc, mesh)(create_sharded_state(params, tc, mesh), batch)
+    halves = []
+    for idx in (np.arange(0, B, 2), np.arange(1, B, 2)):
+        _, m = make_train_step(CFG, tc, mesh)(create_sharded_state(params, tc, mesh), batch.take(idx))
+        halves.append(m)
+    pooled, full = pool_metrics(halves), metric_means(full)
+    counts = [float(h["tokens"]) for h in halves]
+    assert counts[0] != counts[1]
+    for k in ("loss", "pg_loss", "entropy", "kl", "opd_loss", "opd_gate_mean", "clip_frac", "tokens"):
+        np.testing.assert_allclose(pooled[k], full[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    # the naive mean of per-step means is not it
+    naive = {k: np.mean([metric_means(h)[k] for h in halves]) for k in ("pg_loss", "kl", "opd_loss")}
+    assert max(abs(naive[k] - full[k]) for k in naive) > 1e-3, naive
+    assert pooled["optimizer_steps"] == 2 and pooled["skipped"] == 0
 
 
 # ------------------------------------------------------------------------ config and schedule

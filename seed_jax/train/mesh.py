@@ -152,12 +152,12 @@ def maybe_initialize_distributed() -> bool:
     return True
 
 
-def host_local_batch_to_global(batch: dict, mesh: Mesh) -> dict:
+def host_local_batch_to_global(batch, mesh: Mesh):
     """Each host's rows -> global arrays sharded by rows (``make_array_from_process_local_data``).
 
-    Every host passes its own ``[B_local, ...]`` slice; the global batch has
-    ``B_local * process_count`` rows. On one host this is a sharded ``device_put``.
+    ``batch`` is any pytree of ``[B_local, ...]`` arrays (a typed batch); every host passes
+    its own slice and the global batch has ``B_local * process_count`` rows. On one host this
+    is a sharded ``device_put``.
     """
     sharding = batch_sharding(mesh)
-    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
-            for k, v in batch.items()}
+    return jax.tree_util.tree_map(lambda v: jax.make_array_from_process_local_data(sharding, np.asarray(v)), batch)

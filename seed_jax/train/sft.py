@@ -8,7 +8,8 @@ the same state, sharding, optimizer and checkpoints. With ``a`` the answer token
 
 a token mean that stays exact under micro-batching (sums divided by the global count).
 
-Batch: ``input_ids``, ``attention_mask`` ``[B, P+R]`` int32; ``loss_mask`` ``[B, R]``.
+Batch: a `seed_jax.train.batch.SftBatch` (``input_ids``, ``attention_mask`` ``[B, P+R]`` int32;
+``loss_mask`` ``[B, R]``).
 """
 
 from __future__ import annotations
@@ -20,38 +21,22 @@ import jax.numpy as jnp
 
 from seed_jax import losses
 from seed_jax.models.config import ModelConfig
+from seed_jax.train.batch import SftBatch
 from seed_jax.train.config import TrainConfig
 from seed_jax.train.logprobs import response_logprobs
 from seed_jax.train.update import build_step
 
-SFT_KEYS = ("input_ids", "attention_mask", "loss_mask")
+def sft_token_count(batch: SftBatch) -> jax.Array:
+    return jnp.sum((batch.loss_mask != 0).astype(jnp.float32))
 
 
-def validate_sft_batch(batch: dict) -> None:
-    missing = [k for k in SFT_KEYS if k not in batch]
-    if missing:
-        raise ValueError(f"SFT batch is missing {missing}")
-    B, R = batch["loss_mask"].shape
-    s = tuple(batch["input_ids"].shape)
-    if len(s) != 2 or s[0] != B or s[1] <= R:
-        raise ValueError(f"batch['input_ids'] has shape {s}; expected [B, P + R] with B={B}, "
-                         f"R={R} (from loss_mask) and P >= 1")
-    if tuple(batch["attention_mask"].shape) != s:
-        raise ValueError(f"batch['attention_mask'] has shape {tuple(batch['attention_mask'].shape)}, "
-                         f"input_ids has {s}")
-
-
-def sft_token_count(batch: dict) -> jax.Array:
-    return jnp.sum((batch["loss_mask"] != 0).astype(jnp.float32))
-
-
-def sft_micro_loss(params, mb: dict, n_tokens, model_cfg: ModelConfig, train_cfg: TrainConfig):
-    """``(sum(-m * logp) / N, {'nll': TokenSum, 'logp': TokenSum})`` for one micro-batch."""
-    R = mb["loss_mask"].shape[1]
-    P = mb["input_ids"].shape[1] - R
-    logp, _ = response_logprobs(params, model_cfg, mb["input_ids"], mb["attention_mask"], P, R,
+def sft_micro_loss(params, mb: SftBatch, n_tokens, model_cfg: ModelConfig, train_cfg: TrainConfig):
+    """``(sum(-m * logp) / N, {'nll': TokenSum})`` for one micro-batch."""
+    R = mb.loss_mask.shape[1]
+    P = mb.input_ids.shape[1] - R
+    logp, _ = response_logprobs(params, model_cfg, mb.input_ids, mb.attention_mask, P, R,
                                 train_cfg.logits_chunk, with_entropy=False)
-    nll = losses.masked_sum(-logp, mb["loss_mask"])
+    nll = losses.masked_sum(-logp, mb.loss_mask)
     return nll.total / jnp.maximum(n_tokens, 1.0), {"nll": nll}
 
 
@@ -61,12 +46,12 @@ def make_sft_step(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh):
 
     Cached on its (hashable) arguments, so equal configs share one compiled program.
 
-    Metrics: ``loss`` (= ``nll``, the token-mean NLL), ``grad_norm``, ``lr``, ``skipped``,
-    ``tokens``. Only lr / schedule / optimizer / micro-batch / dtype fields of
+    Metrics: ``nll`` (TokenSum), ``loss`` (= the token-mean NLL), ``grad_norm``, ``lr``,
+    ``skipped``, ``tokens``. Only lr / schedule / optimizer / micro-batch / dtype fields of
     ``train_cfg`` matter here.
     """
     cfg = train_cfg.apply_to(model_cfg)
     return build_step(
         micro_loss=lambda p, mb, n: sft_micro_loss(p, mb, n, cfg, train_cfg),
-        token_count=sft_token_count, validate=validate_sft_batch,
+        token_count=sft_token_count,
         model_cfg=model_cfg, train_cfg=train_cfg, mesh=mesh)

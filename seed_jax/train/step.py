@@ -17,10 +17,9 @@ to the full-batch loss and gradient exactly. The teacher pass runs on
 ``lambda_opd == 0`` (static): the teacher pass is not traced (plain GRPO).
 ``teacher_from_old``: ``t = batch['teacher_logp']`` (precomputed with theta_old).
 
-Batch (all ``[B, ...]``, rows sharded over ('data', 'fsdp')): ``student_ids``,
-``student_mask`` ``[B, P+R]``; ``teacher_ids``, ``teacher_mask`` ``[B, Pt+R]`` (needed only
-for the teacher pass); ``response_mask``, ``advantages`` (or ``[B]``), ``old_logp``,
-``ref_logp`` ``[B, R]``; ``has_skill [B]``; ``teacher_logp [B, R]`` (teacher_from_old only).
+Batch: a `seed_jax.train.batch.SeedBatch` (rows sharded over ('data', 'fsdp')); the
+teacher pass needs ``teacher_ids`` / ``teacher_mask``, ``teacher_from_old`` needs
+``teacher_logp``, ``c_kl > 0`` needs ``ref_logp`` (``SeedBatch.validate`` says which is missing).
 """
 
 from __future__ import annotations
@@ -32,75 +31,50 @@ import jax.numpy as jnp
 
 from seed_jax import losses
 from seed_jax.models.config import ModelConfig
+from seed_jax.train.batch import SeedBatch
 from seed_jax.train.config import TrainConfig
 from seed_jax.train.grad_accum import accumulate_gradients
 from seed_jax.train.logprobs import response_logprobs
 from seed_jax.train.update import build_step
 
 
-def validate_seed_batch(batch: dict, train_cfg: TrainConfig) -> None:
-    """Raise ValueError naming the key when the batch does not fit the layout contract."""
-    need = ["student_ids", "student_mask", "response_mask", "has_skill", "advantages",
-            "old_logp", "ref_logp"]
-    if train_cfg.use_teacher:
-        need += ["teacher_logp"] if train_cfg.teacher_from_old else ["teacher_ids", "teacher_mask"]
-    missing = [k for k in need if k not in batch]
-    if missing:
-        raise ValueError(f"batch is missing {missing} (lambda_opd={train_cfg.lambda_opd}, "
-                         f"teacher_from_old={train_cfg.teacher_from_old})")
-    B, R = batch["response_mask"].shape
-    shape_ok = {
-        "student_ids": lambda s: len(s) == 2 and s[0] == B and s[1] > R,
-        "student_mask": lambda s: s == batch["student_ids"].shape,
-        "has_skill": lambda s: s == (B,),
-        "advantages": lambda s: s in ((B,), (B, R)),
-        "old_logp": lambda s: s == (B, R),
-        "ref_logp": lambda s: s == (B, R),
-        "teacher_ids": lambda s: len(s) == 2 and s[0] == B and s[1] > R,
-        "teacher_mask": lambda s: s == batch["teacher_ids"].shape,
-        "teacher_logp": lambda s: s == (B, R),
-    }
-    for k, ok in shape_ok.items():
-        if k in batch and not ok(tuple(batch[k].shape)):
-            raise ValueError(f"batch[{k!r}] has shape {tuple(batch[k].shape)}; response_mask is "
-                             f"[B, R] = {(B, R)} (ids are [B, prompt_len + R] with prompt_len >= 1)")
-
-
-def seed_token_count(batch: dict) -> jax.Array:
+def seed_token_count(batch: SeedBatch) -> jax.Array:
     """N = number of valid response tokens in the (full) batch, float32."""
-    return jnp.sum((batch["response_mask"] != 0).astype(jnp.float32))
+    return jnp.sum((batch.response_mask != 0).astype(jnp.float32))
 
 
-def seed_micro_loss(params, mb: dict, n_tokens, model_cfg: ModelConfig, train_cfg: TrainConfig):
+def seed_micro_loss(params, mb: SeedBatch, n_tokens, model_cfg: ModelConfig, train_cfg: TrainConfig):
     """``(loss, metrics)`` of one micro-batch; loss terms divided by the global ``n_tokens``.
 
-    ``metrics`` maps names to `losses.TokenSum`s (summed over micro-batches, then averaged).
+    ``metrics`` maps names to `losses.TokenSum`s (summed over micro-batches). ``kl`` is
+    computed when ``mb.ref_logp`` is given (always when ``c_kl > 0``).
     """
     tc = train_cfg
-    R = mb["response_mask"].shape[1]
-    P = mb["student_ids"].shape[1] - R
-    rmask = mb["response_mask"]
+    R, P = mb.response_len, mb.prompt_len
+    rmask = mb.response_mask
     with jax.named_scope("student"):
-        logp, ent = response_logprobs(params, model_cfg, mb["student_ids"], mb["student_mask"],
+        logp, ent = response_logprobs(params, model_cfg, mb.student_ids, mb.student_mask,
                                       P, R, tc.logits_chunk, with_entropy=True)
-    pg = losses.grpo_policy_loss(logp, mb["old_logp"], mb["advantages"], rmask,
+    pg = losses.grpo_policy_loss(logp, mb.old_logp, mb.advantages, rmask,
                                  tc.clip_low, tc.clip_high, tc.dual_clip)
     ent_sum = losses.masked_sum(ent, rmask)
-    kl_sum = losses.kl_penalty_sum(logp, mb["ref_logp"], rmask, tc.kl_kind)
-    terms = [(1.0, pg.loss), (-tc.c_ent, ent_sum), (tc.c_kl, kl_sum)]
-    metrics = {"pg_loss": pg.loss, "entropy": ent_sum, "kl": kl_sum, **pg.metrics,
+    terms = [(1.0, pg.loss), (-tc.c_ent, ent_sum)]
+    metrics = {"pg_loss": pg.loss, "entropy": ent_sum, **pg.metrics,
                "logp": losses.masked_sum(logp, rmask)}
+    if mb.ref_logp is not None:
+        kl_sum = losses.kl_penalty_sum(logp, mb.ref_logp, rmask, tc.kl_kind)
+        terms.append((tc.c_kl, kl_sum))
+        metrics["kl"] = kl_sum
     if tc.use_teacher:
         if tc.teacher_from_old:
-            t_logp = mb["teacher_logp"]
+            t_logp = mb.teacher_logp
         else:
-            Pt = mb["teacher_ids"].shape[1] - R
             with jax.named_scope("teacher"):
                 t_logp, _ = response_logprobs(jax.lax.stop_gradient(params), model_cfg,
-                                              mb["teacher_ids"], mb["teacher_mask"], Pt, R,
+                                              mb.teacher_ids, mb.teacher_mask, mb.teacher_prompt_len, R,
                                               tc.logits_chunk, with_entropy=False)
         t_logp = jax.lax.stop_gradient(t_logp)
-        opd_mask = rmask * (mb["has_skill"][:, None] != 0)
+        opd_mask = rmask * (mb.has_skill[:, None] != 0)
         opd = losses.opd_loss(logp, t_logp, opd_mask, tc.beta_opd, response_mask=rmask)
         terms.append((tc.lambda_opd, opd.loss))
         metrics["opd_loss"] = opd.loss
@@ -109,16 +83,16 @@ def seed_micro_loss(params, mb: dict, n_tokens, model_cfg: ModelConfig, train_cf
     return loss, metrics
 
 
-def seed_loss_and_grads(params, batch: dict, model_cfg: ModelConfig, train_cfg: TrainConfig,
+def seed_loss_and_grads(params, batch: SeedBatch, model_cfg: ModelConfig, train_cfg: TrainConfig,
                         mesh=None):
     """``(loss, metrics as means, grads)`` of the SEED loss, micro-batched as configured.
 
     Pure; the building block of `make_train_step` (exposed for tests and custom loops).
     ``model_cfg`` is used as given (apply ``train_cfg.apply_to`` first if wanted).
     """
-    validate_seed_batch(batch, train_cfg)
+    batch.validate(train_cfg)
     n_tok = seed_token_count(batch)
-    n_micro = train_cfg.num_micro_batches(batch["response_mask"].shape[0])
+    n_micro = train_cfg.num_micro_batches(batch.num_rows)
     loss, aux, grads = accumulate_gradients(
         lambda p, mb: seed_micro_loss(p, mb, n_tok, model_cfg, train_cfg),
         params, batch, n_micro, mesh)
@@ -131,15 +105,14 @@ def make_train_step(model_cfg: ModelConfig, train_cfg: TrainConfig, mesh):
 
     Cached on its (hashable) arguments, so equal configs share one compiled program.
 
-    ``model_cfg`` gets ``train_cfg``'s remat / dtypes. Metrics (replicated float32 scalars):
-    ``loss``, ``pg_loss``, ``entropy``, ``kl``, ``clip_frac``, ``dual_clip_frac``,
-    ``approx_kl``, ``ratio``, ``logp``; with OPD ``opd_loss``, ``opd_gate_mean``,
-    ``opd_gate_gt_half``, ``opd_teacher_gap``, ``opd_active_share``; and ``grad_norm``,
-    ``lr``, ``skipped``, ``tokens``.
+    ``model_cfg`` gets ``train_cfg``'s remat / dtypes. Metrics (replicated; token means as
+    `losses.TokenSum`, see `seed_jax.train.update.metric_means` / `pool_metrics`):
+    ``pg_loss``, ``entropy``, ``kl``, ``clip_frac``, ``dual_clip_frac``, ``approx_kl``,
+    ``ratio``, ``logp``; with OPD ``opd_loss``, ``opd_gate_mean``, ``opd_gate_gt_half``,
+    ``opd_teacher_gap``, ``opd_active_share``; scalars ``loss``, ``grad_norm``, ``lr``,
+    ``skipped``, ``tokens``.
     """
     cfg = train_cfg.apply_to(model_cfg)
     return build_step(
         micro_loss=lambda p, mb, n: seed_micro_loss(p, mb, n, cfg, train_cfg),
-        token_count=seed_token_count,
-        validate=lambda b: validate_seed_batch(b, train_cfg),
-        model_cfg=model_cfg, train_cfg=train_cfg, mesh=mesh)
+        token_count=seed_token_count, model_cfg=model_cfg, train_cfg=train_cfg, mesh=mesh)

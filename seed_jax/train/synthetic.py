@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from seed_jax.models.config import ModelConfig
+from seed_jax.train.batch import SeedBatch, SftBatch
 
 
 def tiny_config(**kw) -> ModelConfig:
@@ -33,7 +34,7 @@ def smollm2_135m_config(**kw) -> ModelConfig:
 
 def synthetic_seed_batch(seed: int, B: int, P: int, R: int, Pt: int, vocab: int,
                          full: bool = False) -> dict:
-    """A random SEED batch of numpy arrays (keys of `seed_jax.train.step`), plus teacher_logp.
+    """A random `SeedBatch` of numpy arrays with every optional field (teacher_logp too).
 
     ``full=True``: every prompt/response has its maximal length (no padding), for flop counts.
     """
@@ -61,22 +62,21 @@ def synthetic_seed_batch(seed: int, B: int, P: int, R: int, Pt: int, vocab: int,
         rmask[b, :lr] = 1
     adv = rng.normal(0, 1, (B,)).astype(np.float32)
     base = -rng.exponential(4.0, (B, R)).astype(np.float32)
-    return {
-        "student_ids": sid, "student_mask": smask, "teacher_ids": tid, "teacher_mask": tmask,
-        "response_mask": rmask,
-        "has_skill": (rng.random(B) < 0.7).astype(np.float32),
-        "advantages": (adv[:, None] * rmask).astype(np.float32),
-        "old_logp": (base + rng.normal(0, 0.3, (B, R))).astype(np.float32) * rmask,
-        "ref_logp": (base + rng.normal(0, 0.3, (B, R))).astype(np.float32) * rmask,
-        "teacher_logp": (base + rng.normal(0, 1.0, (B, R))).astype(np.float32) * rmask,
-    }
+    return SeedBatch(
+        student_ids=sid, student_mask=smask, teacher_ids=tid, teacher_mask=tmask,
+        response_mask=rmask,
+        has_skill=(rng.random(B) < 0.7).astype(np.float32),
+        advantages=(adv[:, None] * rmask).astype(np.float32),
+        old_logp=(base + rng.normal(0, 0.3, (B, R))).astype(np.float32) * rmask,
+        ref_logp=(base + rng.normal(0, 0.3, (B, R))).astype(np.float32) * rmask,
+        teacher_logp=(base + rng.normal(0, 1.0, (B, R))).astype(np.float32) * rmask,
+    )
 
 
-def synthetic_sft_batch(seed: int, B: int, P: int, R: int, vocab: int) -> dict:
-    """A random SFT batch: ``input_ids``, ``attention_mask`` ``[B, P+R]``, ``loss_mask [B, R]``."""
+def synthetic_sft_batch(seed: int, B: int, P: int, R: int, vocab: int) -> SftBatch:
+    """A random `SftBatch`: ``input_ids``, ``attention_mask`` ``[B, P+R]``, ``loss_mask [B, R]``."""
     s = synthetic_seed_batch(seed, B, P, R, P, vocab)
-    return {"input_ids": s["student_ids"], "attention_mask": s["student_mask"],
-            "loss_mask": s["response_mask"]}
+    return SftBatch(input_ids=s.student_ids, attention_mask=s.student_mask, loss_mask=s.response_mask)
 
 
 def random_params(cfg: ModelConfig, seed: int = 0) -> dict:
