@@ -9,7 +9,7 @@ Files written under a run directory ``<workdir>``:
   redoes; readers take, per key, the last value written for each step
   (``seed_jax.report.collect_series``). The metric-key contract is in ``seed_jax.report``.
 - ``tb/``: TensorBoard event files (tensorboardX), one scalar per key, ``global_step = step``.
-- ``skills.jsonl``: one ``SkillRecord`` per analysed trajectory (``SkillLog``).
+- ``skills.jsonl``: one ``SkillLogEntry`` per analysed trajectory (``SkillLog``).
 
 Appends are crash-safe: each record is one ``write`` of a full line followed by flush and
 ``os.fsync``; a line torn by a kill is removed when the file is reopened for appending and is
@@ -237,7 +237,7 @@ class GateSummary:
 
 
 @dataclasses.dataclass(frozen=True)
-class SkillRecord:
+class SkillLogEntry:
     """One hindsight skill as audited in ``skills.jsonl``.
 
     JSON form: ``{"update", "traj_id", "task_id", "outcome": "success"|"failure", "parse_ok",
@@ -264,7 +264,7 @@ class SkillRecord:
 
 
 class SkillLog:
-    """Appends ``SkillRecord``s to ``<workdir>/skills.jsonl`` (one fsync per ``write`` call)."""
+    """Appends ``SkillLogEntry``s to ``<workdir>/skills.jsonl`` (one fsync per ``write`` call)."""
 
     def __init__(self, workdir: str | os.PathLike, enabled: bool = True):
         self.workdir = Path(workdir)
@@ -274,13 +274,13 @@ class SkillLog:
             self.workdir.mkdir(parents=True, exist_ok=True)
             _repair_torn_tail(self.path)
 
-    def write(self, records: SkillRecord | Iterable[SkillRecord]) -> None:
-        if isinstance(records, SkillRecord):
+    def write(self, records: SkillLogEntry | Iterable[SkillLogEntry]) -> None:
+        if isinstance(records, SkillLogEntry):
             records = [records]
         rows = []
         for r in records:
-            if not isinstance(r, SkillRecord):
-                raise TypeError(f"SkillLog.write expects SkillRecord, got {type(r).__name__}")
+            if not isinstance(r, SkillLogEntry):
+                raise TypeError(f"SkillLog.write expects SkillLogEntry, got {type(r).__name__}")
             rows.append(r.to_json())
         if self.enabled:
             _append_lines(self.path, rows)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from seed_jax import metrics as M
-from seed_jax.metrics import GateSummary, MetricsWriter, SkillLog, SkillRecord, StageProgress, Timer
+from seed_jax.metrics import GateSummary, MetricsWriter, SkillLog, SkillLogEntry, StageProgress, Timer
 from seed_jax.report import ReportError, main, make_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -195,13 +195,13 @@ def test_gate_summary_hand_computed():
 
 def test_skill_log_records(tmp_path):
     log = SkillLog(tmp_path)
-    log.write(SkillRecord(update=3, traj_id="u3-g0-1", task_id="hotpot-17", success=True,
+    log.write(SkillLogEntry(update=3, traj_id="u3-g0-1", task_id="hotpot-17", success=True,
                           parse_ok=True, skill="Search the exact entity first.",
                           summary="Found the answer in two searches.",
                           gate=GateSummary(mean=0.75, share_gt_half=0.5, n_tokens=12)))
-    log.write([SkillRecord(update=4, traj_id="u4-g1-0", task_id="nq-2", success=False,
+    log.write([SkillLogEntry(update=4, traj_id="u4-g1-0", task_id="nq-2", success=False,
                            parse_ok=False, skill="", summary="unparsed", gate=None)])
-    with pytest.raises(TypeError, match="SkillRecord"):
+    with pytest.raises(TypeError, match="SkillLogEntry"):
         log.write([{"update": 1}])
     recs = strict_lines(tmp_path / "skills.jsonl")
     assert recs == SkillLog.read(tmp_path)
@@ -302,7 +302,7 @@ def _synthetic_run(workdir: Path) -> dict[str, dict[int, float | None]]:
     recs = []
     for i in range(20):
         gates = rng.uniform(size=30)
-        recs.append(SkillRecord(update=i % STEPS, traj_id=f"t{i}", task_id=f"q{i}",
+        recs.append(SkillLogEntry(update=i % STEPS, traj_id=f"t{i}", task_id=f"q{i}",
                                 success=bool(i % 3 == 0), parse_ok=bool(i % 5 != 0),
                                 skill=f"skill {i}", summary=f"summary {i}",
                                 gate=GateSummary.from_arrays(gates) if i % 7 else None))

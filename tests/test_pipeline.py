@@ -33,7 +33,8 @@ def test_tiny_pipeline_runs_every_stage(env, tmp_path):
     from seed_jax.skills import parse_skill, read_skill_records
 
     config = _config(env)
-    out = run_pipeline(config, tmp_path)
+    records = []
+    out = run_pipeline(config, tmp_path, rl_callbacks=[records.append])
     assert set(out) == {"collect", "annotate", "sft", "rl", "eval"}
     for stage in out:
         assert json.loads((tmp_path / "stages" / f"{stage}.json").read_text())["wall_s"] >= 0
@@ -57,6 +58,16 @@ def test_tiny_pipeline_runs_every_stage(env, tmp_path):
         assert 0.0 <= res["success_rate"] <= 1.0 and res["n"] == config.eval.num_tasks
     skills = [json.loads(line) for line in (tmp_path / "skills.jsonl").read_text().splitlines()]
     assert skills and all({"traj_id", "outcome", "gate"} <= set(s) for s in skills)
+    # the RL callback saw every update, with what the run's own writers wrote
+    assert [r.update for r in records] == list(range(config.rl.num_updates))
+    for rec, row in zip(records, rl_rows):
+        assert rec.metrics["train/loss"] == pytest.approx(row["train/loss"])
+        assert {t.traj_id for t in rec.trajectories} >= {s["traj_id"] for s in skills if s["update"] == rec.update}
+        assert any(rec.skills.values()) and rec.gates and rec.step_gates
+        gated = {g.traj_id for g in rec.step_gates}
+        assert gated == {k for k, v in rec.skills.items() if v}
+    gates = [json.loads(line) for line in (tmp_path / "step_gates.jsonl").read_text().splitlines()]
+    assert len(gates) == sum(len(r.step_gates) for r in records)
     # a second launch on the same workdir redoes nothing
     again = run_pipeline(_config(env), tmp_path)
     assert again == out

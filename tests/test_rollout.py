@@ -84,13 +84,14 @@ def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
     skill = "Always read the whole observation before choosing the next action carefully."
     skills = {t.traj_id: (skill if i % 2 == 0 else None) for i, t in enumerate(trajs)}
     batch = build_batch(trajs, skills, encode, pad_id=smol_tokenizer.pad_token_id, max_prompt_tokens=1024,
-                        max_response_tokens=12, row_multiple=4)
-    a = batch.arrays
+                        max_response_tokens=12)
+    a = {k: getattr(batch, k) for k in ("student_ids", "student_mask", "teacher_ids", "teacher_mask",
+                                        "response_mask", "has_skill", "advantages")}
     P, Pt, R = batch.prompt_len, batch.teacher_prompt_len, batch.response_len
     n_steps = sum(len(t.steps) for t in trajs)
-    assert batch.num_rows == n_steps and a["student_ids"].shape[0] % 4 == 0
-    assert a["student_ids"].shape == (a["student_ids"].shape[0], P + R)
-    assert a["teacher_ids"].shape == (a["student_ids"].shape[0], Pt + R) and Pt > P - 1
+    assert batch.num_rows == n_steps == a["student_ids"].shape[0]  # one row per step, no padding rows
+    assert a["student_ids"].shape == (n_steps, P + R)
+    assert a["teacher_ids"].shape == (n_steps, Pt + R) and Pt > P - 1
     by_id = {t.traj_id: t for t in trajs}
     for i, row in enumerate(batch.rows):
         s = by_id[row.traj_id].steps[row.step_index]
@@ -107,8 +108,19 @@ def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
         if skills[row.traj_id]:
             want = encode(insert_skill(s.prompt_text, skill))
             assert a["teacher_ids"][i, Pt - len(want):Pt].tolist() == want
-    # padding rows are fully masked
-    assert a["student_mask"][batch.num_rows:].sum() == 0 and a["response_mask"][batch.num_rows:].sum() == 0
+    # the update's SeedBatch carries the same rows and layout, plus the log-probs
+    old = np.full((n_steps, R), -1.0, np.float32)
+    sb = batch.to_seed_batch(old)
+    assert sb.prompt_len == P and sb.teacher_prompt_len == Pt and sb.old_logp is old and sb.ref_logp is None
+    assert batch.to_seed_batch(old, with_teacher_ids=False).teacher_ids is None
+    # growing the layout (several hosts, padding rows) moves no token relative to its row
+    g = sb.grow(P + 3, Pt + 2, R + 4, n_steps + 5)
+    assert g.num_rows == n_steps + 5 and g.prompt_len == P + 3 and g.teacher_prompt_len == Pt + 2
+    np.testing.assert_array_equal(g.student_ids[:n_steps, 3:3 + P + R], a["student_ids"])
+    np.testing.assert_array_equal(g.teacher_mask[:n_steps, 2:2 + Pt + R], a["teacher_mask"])
+    np.testing.assert_array_equal(g.response_mask[:n_steps, :R], a["response_mask"])
+    assert g.student_mask[n_steps:].sum() == 0 and g.response_mask[n_steps:].sum() == 0
+    assert g.response_mask[:, R:].sum() == 0 and g.old_logp[:n_steps, :R].tolist() == old.tolist()
     # advantages: independent mean/std over each group's episode rewards, minus the step penalty
     for i, row in enumerate(batch.rows):
         t = by_id[row.traj_id]
@@ -131,7 +143,7 @@ def test_env_error_trajectories_are_excluded_from_the_batch(tiny_policy, smol_to
     batch = build_batch(trajs, {}, make_prompt_encoder(smol_tokenizer), pad_id=0, max_prompt_tokens=64,
                         max_response_tokens=8, with_teacher=False)
     assert [r.traj_id for r in batch.rows] == ["a", "c"]
-    assert "teacher_ids" not in batch.arrays
+    assert batch.teacher_ids is None
     with pytest.raises(ValueError, match="no trajectory"):
         build_batch([trajs[1]], {}, make_prompt_encoder(smol_tokenizer), pad_id=0, max_prompt_tokens=64,
                     max_response_tokens=8)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from seed_jax.skills import SkillParse, build_analyzer_prompt, is_success
+from seed_jax.skills import SkillParse, is_success
 
 
 def heuristic_skill(traj, success_threshold: float) -> SkillParse:
@@ -28,9 +28,3 @@ def heuristic_skill(traj, success_threshold: float) -> SkillParse:
         what = common[0][0] if common else "the same action"
         skill = f"Avoid repeating '{what}' without progress; try a different action when nothing changes."
     return SkillParse(f"Failed '{traj.task_description[:80]}' after {len(traj.steps)} steps.", skill, True, "")
-
-
-def heuristic_annotator(trajectories, success_threshold: float, max_chars: int):
-    parses = {t.traj_id: heuristic_skill(t, success_threshold) for t in trajectories}
-    prompts = {t.traj_id: build_analyzer_prompt(t, success_threshold, max_chars=max_chars) for t in trajectories}
-    return parses, prompts

@@ -3,7 +3,8 @@
 Data-parallel layout: every host runs its own environments and sampler for its share of the
 tasks with a host-local copy of the parameters, computes its rows' old/ref log-probs locally,
 and contributes those rows to the global batch of the one jitted train step. Hosts pad their
-row count and the static lengths (P, Pt, R) to the common maximum first.
+row count and the static lengths (P, Pt, R) to the common maximum first (`common_max`,
+`seed_jax.train.batch.SeedBatch.grow`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ def host_local_params(params):
     return jax.tree_util.tree_map(one, params)
 
 
-def to_global(batch: dict, mesh) -> dict:
-    """Host-local rows -> global arrays (identity on one host: jit places numpy arrays itself)."""
+def to_global(batch, mesh):
+    """Host-local rows of a typed batch -> global arrays (identity on one host: jit places
+    numpy arrays itself)."""
     if not is_multihost():
         return batch
     from seed_jax.train.mesh import host_local_batch_to_global
@@ -48,20 +50,6 @@ def common_max(*values: int) -> list[int]:
 
     got = multihost_utils.process_allgather(np.asarray(values, np.int64))
     return [int(v) for v in np.asarray(got).reshape(-1, len(values)).max(0)]
-
-
-def repad(arrays: dict, P: int, Pt: int, R: int, newP: int, newPt: int, newR: int, rows: int) -> dict:
-    """Grow the [prompt | response] layout: prompts on the left, responses on the right, rows at the end."""
-    out = {}
-    for k, v in arrays.items():
-        if k in ("student_ids", "student_mask", "teacher_ids", "teacher_mask"):
-            p, np_ = (P, newP) if k.startswith("student") else (Pt, newPt)
-            v = np.concatenate([np.zeros((v.shape[0], np_ - p), v.dtype), v[:, :p], v[:, p:],
-                                np.zeros((v.shape[0], newR - R), v.dtype)], 1)
-        elif v.ndim == 2:  # [B, R] per-token arrays
-            v = np.concatenate([v, np.zeros((v.shape[0], newR - R), v.dtype)], 1)
-        out[k] = np.concatenate([v, np.zeros((rows - v.shape[0],) + v.shape[1:], v.dtype)])
-    return out
 
 
 def barrier(name: str) -> None:

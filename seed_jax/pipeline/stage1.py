@@ -8,16 +8,21 @@ import random
 import jax
 import numpy as np
 
+from seed_jax.buckets import round_up
 from seed_jax.metrics import StageProgress
+from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
 from seed_jax.pipeline.multihost import host_local_params, to_global
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings, save_policy, sft_train_config
 from seed_jax.pipeline.validate import needs_skill_bank
-from seed_jax.rollout.analyzer import analyze_trajectories
-from seed_jax.rollout.batch import left_pad, right_pad, round_up
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
 from seed_jax.rollout.trajectory import read_jsonl, write_jsonl
-from seed_jax.skills import SkillRecord, annotate, build_analyzer_prompt, read_skill_records, write_skill_records
+from seed_jax.skills import SkillRecord, read_skill_records, write_skill_records
+from seed_jax.train.batch import SftBatch
+from seed_jax.train.logprobs import compute_logprobs
+from seed_jax.train.sft import make_sft_step
+from seed_jax.train.state import create_sharded_state
+from seed_jax.train.update import metric_means
 
 log = logging.getLogger("seed_jax")
 
@@ -57,34 +62,17 @@ def annotate_stage(run: Run) -> dict:
         return {"skipped": f"method {c.method} needs no stage-1 data"}
     trajs = [t for t in read_jsonl(run.path("stage1", "trajectories.jsonl")) if not t.env_error and t.steps]
     thr = run.bench.spec.success_threshold
-    kind = c.stage1.analyzer
-    if kind == "self":
+    policy = None
+    if c.stage1.analyzer == "self":
         model, tok = load_policy(c)
-        parses, prompts = analyze_trajectories(
-            model, tok, trajs, encode_prompt=make_prompt_encoder(tok), success_threshold=thr,
-            max_new_tokens=c.stage1.max_answer_tokens, max_prompt_tokens=c.analysis.max_prompt_tokens,
-            batch_size=c.analysis.batch_size)
-    elif kind == "openai":
-        from seed_jax.pipeline.annotator import OpenAIChat
-
-        chat = OpenAIChat(c.stage1.openai_base_url, c.stage1.openai_model, c.stage1.openai_api_key_env,
-                          max_tokens=c.stage1.max_answer_tokens)
-        parses, prompts = {}, {}
-        bar = StageProgress(len(trajs), "annotate")
-        for t in trajs:
-            prompts[t.traj_id] = build_analyzer_prompt(t, thr, max_chars=3 * c.analysis.max_prompt_tokens)
-            parses[t.traj_id], _ = annotate(prompts[t.traj_id], chat, c.stage1.max_repairs)
-            bar.update(1)
-        bar.close()
-    elif kind == "heuristic":
-        from seed_jax.pipeline.heuristic_annotator import heuristic_annotator
-
-        parses, prompts = heuristic_annotator(trajs, thr, 3 * c.analysis.max_prompt_tokens)
-    else:
-        annotator = getattr(run.bench, "scripted_annotator", None)
-        if annotator is None:
-            raise ValueError(f"config.stage1.analyzer: 'scripted' is not available for env {run.bench.name!r}")
-        parses, prompts = annotator(trajs)
+        policy = (model, tok, None, make_prompt_encoder(tok))
+    ctx = AnalysisContext(success_threshold=thr, max_prompt_tokens=c.analysis.max_prompt_tokens,
+                          max_new_tokens=c.stage1.max_answer_tokens, batch_size=c.analysis.batch_size, policy=policy,
+                          bench=run.bench, seed=c.seed,
+                          openai={"base_url": c.stage1.openai_base_url, "model": c.stage1.openai_model,
+                                  "api_key_env": c.stage1.openai_api_key_env, "max_repairs": c.stage1.max_repairs})
+    analysis = get_analyzer(c.stage1.analyzer)(trajs, ctx)
+    parses, prompts = analysis.parses, analysis.prompts
     records = [SkillRecord.from_parse(t, prompts[t.traj_id], parses[t.traj_id], thr)
                for t in trajs if parses.get(t.traj_id) is not None and parses[t.traj_id].ok]
     rng = random.Random(c.seed)
@@ -103,7 +91,8 @@ def annotate_stage(run: Run) -> dict:
 
 def sft_batches(records, encode_prompt, tokenizer, max_prompt_tokens: int, max_answer_tokens: int,
                 batch_size: int, seed: int, epoch: int):
-    """Yield SFT batches (prompt LEFT-padded to P, answer + EOS RIGHT-padded to R), shuffled per epoch."""
+    """Yield `SftBatch`es of ``batch_size`` rows (x_tau LEFT-padded to P, answer + EOS RIGHT-padded
+    to R; the last batch filled with masked rows), in a seeded order per epoch."""
     eos = tokenizer.eos_token_id
     ex = []
     for r in records:
@@ -112,39 +101,31 @@ def sft_batches(records, encode_prompt, tokenizer, max_prompt_tokens: int, max_a
         ex.append((p, a))
     if not ex:
         return
-    P = round_up(max(len(p) for p, _ in ex), (64, 128, 256, 512, 1024, 2048, 4096, 8192))
-    R = round_up(max(len(a) for _, a in ex), (32, 64, 128, 256, 512, 1024))
+    P = round_up(max(len(p) for p, _ in ex))
+    R = round_up(max(len(a) for _, a in ex))
     order = list(range(len(ex)))
     random.Random(f"{seed}:{epoch}").shuffle(order)
     pad = tokenizer.pad_token_id or 0
     for s in range(0, len(order), batch_size):
         idx = order[s:s + batch_size]
-        prompts = [ex[i][0] for i in idx] + [[]] * (batch_size - len(idx))
-        answers = [ex[i][1] for i in idx] + [[]] * (batch_size - len(idx))
-        p_ids, p_mask = left_pad(prompts, P, pad)
-        a_ids, a_mask = right_pad(answers, R, pad)
-        yield {"input_ids": np.concatenate([p_ids, a_ids], 1), "attention_mask": np.concatenate([p_mask, a_mask], 1),
-               "loss_mask": a_mask.astype(np.float32)}
+        fill = [[]] * (batch_size - len(idx))
+        yield SftBatch.pack([ex[i][0] for i in idx] + fill, [ex[i][1] for i in idx] + fill, P, R, pad)
 
 
 def heldout_nll(params, model_cfg, records, encode_prompt, tokenizer, c) -> float | None:
-    from seed_jax.train.logprobs import compute_logprobs
-
+    """Token-mean NLL of the held-out answers: ``-sum(m * logp) / sum(m)``."""
     total, count = 0.0, 0.0
     for b in sft_batches(records, encode_prompt, tokenizer, c.analysis.max_prompt_tokens, c.stage1.max_answer_tokens,
                          c.stage1.sft_batch_size, 0, 0):
-        R = b["loss_mask"].shape[1]
-        lp = compute_logprobs(params, model_cfg, b["input_ids"], b["attention_mask"], b["input_ids"].shape[1] - R, R,
+        R = b.loss_mask.shape[1]
+        lp = compute_logprobs(params, model_cfg, b.input_ids, b.attention_mask, b.input_ids.shape[1] - R, R,
                               micro_batch=c.stage1.sft_micro_batch_size)
-        total += float(-(lp * b["loss_mask"]).sum())
-        count += float(b["loss_mask"].sum())
+        total += float(-(lp * b.loss_mask).sum())
+        count += float(b.loss_mask.sum())
     return total / count if count else None
 
 
 def sft(run: Run, mesh) -> dict:
-    from seed_jax.train.sft import make_sft_step
-    from seed_jax.train.state import create_sharded_state
-
     c = run.config
     if not run.switches.sft:
         return {"skipped": f"method {c.method} has no stage-1 SFT"}
@@ -169,7 +150,7 @@ def sft(run: Run, mesh) -> dict:
                 # on several hosts every host feeds the same rows: duplicated rows leave every
                 # token mean (and so the update) exactly as on one host
                 state, m = step(state, to_global(batch, mesh))
-                m = {k: float(v) for k, v in jax.device_get(m).items()}
+                m = metric_means(m)
                 run.metrics.write(i, m, prefix="sft")
                 bar.update(1, nll=f"{m.get('nll', m['loss']):.3f}")
                 i += 1

@@ -1,14 +1,13 @@
-"""Trajectories + hindsight skills -> the train step's batch (one row per step-sample).
+"""Trajectories + hindsight skills -> the step-samples of one RL update (host arrays).
 
-Layout (the contract of `seed_jax.train.step`): the prompt is LEFT-padded to a static length
-``P`` and the response RIGHT-padded to ``R``, so response token ``j`` sits at position
-``P + j`` in both branches and is predicted by the logits at ``P - 1 + j``. The teacher twin
-``H(h_t, s_tau)`` has its own prompt length ``Pt`` and the very same response tokens.
-
-Rows: every step of every trajectory without ``env_error``; the row count is padded up to a
-multiple of ``row_multiple`` (micro-batch x data-parallel size) with all-zero-mask rows.
-``P``, ``Pt`` and ``R`` are rounded up to the given buckets so shapes (and compiled programs)
-repeat across updates.
+One row per step of every trajectory without ``env_error``, in the layout of
+`seed_jax.train.batch` (prompt LEFT-padded to ``P``, response RIGHT-padded to ``R``, written by
+`pack_rows`): response token ``j`` sits at position ``P + j`` in the student row ``h_t`` and
+in its teacher twin ``H(h_t, s_tau)`` (own prompt length ``Pt``, the very same response
+tokens). ``P``, ``Pt`` and ``R`` are rounded up with `seed_jax.buckets.round_up` so shapes
+(and compiled programs) repeat across updates. Log-probs are not part of the samples: the
+update's `seed_jax.train.batch.SeedBatch` is made from them and the log-prob passes in one
+call (`StepSamples.to_seed_batch`).
 """
 
 from __future__ import annotations
@@ -18,22 +17,14 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from seed_jax.buckets import BUCKETS, round_up
 from seed_jax.losses import step_advantages
 from seed_jax.rollout.trajectory import Trajectory
-
-DEFAULT_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
-
-
-def round_up(n: int, buckets: Sequence[int]) -> int:
-    """Smallest bucket >= n (multiples of the largest bucket beyond it)."""
-    for b in sorted(buckets):
-        if n <= b:
-            return b
-    top = max(buckets)
-    return -(-n // top) * top
+from seed_jax.skills import insert_skill as default_insert_skill
+from seed_jax.train.batch import SeedBatch, pack_rows
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RowInfo:
     """Where a batch row came from (for the skill audit and skills.jsonl)."""
 
@@ -42,36 +33,50 @@ class RowInfo:
     has_skill: bool
 
 
-@dataclasses.dataclass
-class TrainBatch:
-    arrays: dict[str, np.ndarray]
+@dataclasses.dataclass(frozen=True)
+class StepSamples:
+    """The step-samples of one update: ``[n, ...]`` numpy arrays (no padding rows) + row origins.
+
+    ``teacher_ids`` / ``teacher_mask`` are None when no teacher twin was built.
+    """
+
+    student_ids: np.ndarray
+    student_mask: np.ndarray
+    response_mask: np.ndarray
+    advantages: np.ndarray
+    has_skill: np.ndarray
     rows: list[RowInfo]
-    prompt_len: int
-    teacher_prompt_len: int
-    response_len: int
+    teacher_ids: np.ndarray | None = None
+    teacher_mask: np.ndarray | None = None
 
     @property
     def num_rows(self) -> int:
         return len(self.rows)
 
+    @property
+    def response_len(self) -> int:
+        return int(self.response_mask.shape[1])
 
-def left_pad(seqs: list[list[int]], length: int, pad: int) -> tuple[np.ndarray, np.ndarray]:
-    ids = np.full((len(seqs), length), pad, np.int32)
-    mask = np.zeros((len(seqs), length), np.int32)
-    for i, s in enumerate(seqs):
-        if s:
-            ids[i, length - len(s):] = s
-            mask[i, length - len(s):] = 1
-    return ids, mask
+    @property
+    def prompt_len(self) -> int:
+        return int(self.student_ids.shape[1]) - self.response_len
 
+    @property
+    def teacher_prompt_len(self) -> int | None:
+        return None if self.teacher_ids is None else int(self.teacher_ids.shape[1]) - self.response_len
 
-def right_pad(seqs: list[list[int]], length: int, pad: int) -> tuple[np.ndarray, np.ndarray]:
-    ids = np.full((len(seqs), length), pad, np.int32)
-    mask = np.zeros((len(seqs), length), np.int32)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = s
-        mask[i, : len(s)] = 1
-    return ids, mask
+    def to_seed_batch(self, old_logp: np.ndarray, ref_logp: np.ndarray | None = None,
+                      teacher_logp: np.ndarray | None = None, with_teacher_ids: bool = True) -> SeedBatch:
+        """The update's `SeedBatch`: these rows plus their log-probs (``[n, R]``).
+
+        ``with_teacher_ids=False`` leaves the teacher twins out (no teacher pass in the step).
+        """
+        keep_teacher = with_teacher_ids and self.teacher_ids is not None
+        return SeedBatch(student_ids=self.student_ids, student_mask=self.student_mask,
+                         response_mask=self.response_mask, advantages=self.advantages, has_skill=self.has_skill,
+                         old_logp=old_logp, ref_logp=ref_logp,
+                         teacher_ids=self.teacher_ids if keep_teacher else None,
+                         teacher_mask=self.teacher_mask if keep_teacher else None, teacher_logp=teacher_logp)
 
 
 def build_batch(
@@ -84,11 +89,10 @@ def build_batch(
     max_response_tokens: int,
     advantage_mode: str = "mean_std",
     with_teacher: bool = True,
-    row_multiple: int = 1,
-    buckets: Sequence[int] = DEFAULT_BUCKETS,
-    insert_skill: Callable[[str, str], str] | None = None,
-) -> TrainBatch:
-    """Build the step-sample batch.
+    buckets: Sequence[int] = BUCKETS,
+    insert_skill: Callable[[str, str], str] = default_insert_skill,
+) -> StepSamples:
+    """The step-samples of ``trajectories``.
 
     ``skills[traj_id]`` is the parsed hindsight skill or None (no OPD signal: has_skill 0).
     ``encode_prompt(user_text)`` chat-templates and tokenizes a user message exactly as the
@@ -98,58 +102,33 @@ def build_batch(
     Advantages: `seed_jax.losses.step_advantages` over the kept trajectories, broadcast to
     every response token of the step.
     """
-    if insert_skill is None:
-        from seed_jax.skills import insert_skill
     kept = [t for t in trajectories if not t.env_error and t.steps]
     if not kept:
         raise ValueError("no trajectory to train on (all empty or env_error)")
     group_of = {g: i for i, g in enumerate(sorted({t.group_id for t in kept}))}
-    ep_rewards = [t.episode_reward for t in kept]
-    groups = [group_of[t.group_id] for t in kept]
-    step_traj, penalties = [], []
-    for j, t in enumerate(kept):
-        for s in t.steps:
-            step_traj.append(j)
-            penalties.append(s.penalty)
-    adv = step_advantages(ep_rewards, groups, step_traj, penalties, mode=advantage_mode)
+    step_traj = [j for j, t in enumerate(kept) for _ in t.steps]
+    penalties = [s.penalty for t in kept for s in t.steps]
+    adv = step_advantages([t.episode_reward for t in kept], [group_of[t.group_id] for t in kept], step_traj,
+                          penalties, mode=advantage_mode)
 
-    student, teacher, responses, rows, has_skill = [], [], [], [], []
+    student, teacher, responses, rows = [], [], [], []
     for t in kept:
         skill = skills.get(t.traj_id)
         for k, s in enumerate(t.steps):
             p = list(s.prompt_ids)[-max_prompt_tokens:]
-            r = list(s.response_ids)[:max_response_tokens]
             student.append(p)
-            responses.append(r)
+            responses.append(list(s.response_ids)[:max_response_tokens])
             if with_teacher:
-                if skill:
-                    tp = encode_prompt(insert_skill(s.prompt_text, skill))[-max_prompt_tokens:]
-                else:
-                    tp = p  # no skill: the twin is the ordinary prompt (masked out of OPD anyway)
-                teacher.append(tp)
+                # no skill: the twin is the ordinary prompt (masked out of OPD anyway)
+                teacher.append(encode_prompt(insert_skill(s.prompt_text, skill))[-max_prompt_tokens:] if skill else p)
             rows.append(RowInfo(t.traj_id, k, bool(skill)))
-            has_skill.append(1.0 if skill else 0.0)
-    n = len(rows)
-    n_pad = -(-n // row_multiple) * row_multiple
-    extra = n_pad - n
     P = round_up(max(map(len, student)), buckets)
     R = round_up(max(max(map(len, responses)), 1), buckets)
-    sp_ids, sp_mask = left_pad(student + [[]] * extra, P, pad_id)
-    r_ids, r_mask = right_pad(responses + [[]] * extra, R, pad_id)
-    arrays = {
-        "student_ids": np.concatenate([sp_ids, r_ids], 1),
-        "student_mask": np.concatenate([sp_mask, r_mask], 1),
-        "response_mask": r_mask.astype(np.float32),
-        "has_skill": np.asarray(has_skill + [0.0] * extra, np.float32),
-        "advantages": np.repeat(np.concatenate([adv, np.zeros(extra, np.float32)])[:, None], R, 1)
-        * r_mask.astype(np.float32),
-        "old_logp": np.zeros((n_pad, R), np.float32),
-        "ref_logp": np.zeros((n_pad, R), np.float32),
-    }
-    Pt = P
+    ids, mask, rmask = pack_rows(student, responses, P, R, pad_id)
+    t_ids = t_mask = None
     if with_teacher:
-        Pt = round_up(max(map(len, teacher)), buckets)
-        tp_ids, tp_mask = left_pad(teacher + [[]] * extra, Pt, pad_id)
-        arrays["teacher_ids"] = np.concatenate([tp_ids, r_ids], 1)
-        arrays["teacher_mask"] = np.concatenate([tp_mask, r_mask], 1)
-    return TrainBatch(arrays, rows, P, Pt, R)
+        t_ids, t_mask, _ = pack_rows(teacher, responses, round_up(max(map(len, teacher)), buckets), R, pad_id)
+    return StepSamples(student_ids=ids, student_mask=mask, response_mask=rmask,
+                       advantages=(np.asarray(adv, np.float32)[:, None] * rmask).astype(np.float32),
+                       has_skill=np.asarray([float(r.has_skill) for r in rows], np.float32), rows=rows,
+                       teacher_ids=t_ids, teacher_mask=t_mask)

@@ -1,0 +1,194 @@
+"""Where hindsight skills come from: one registry of analyzers, shared by stage 1 and RL.
+
+An analyzer maps finished trajectories to an `Analysis`: per trajectory the analyzer prompt
+``x_tau`` (`seed_jax.skills.build_analyzer_prompt`, the SFT input), the parsed answer and the
+skill that the RL step uses for the teacher prompt ``H(h, s)`` (None: no OPD signal).
+
+=============  =====================================================================  =========
+name           skills from                                                             used by
+=============  =====================================================================  =========
+``self``       the policy itself, greedy, with the parameters it is given (theta_old)   stage 1, RL
+``openai``     an OpenAI-compatible chat endpoint (`seed_jax.pipeline.annotator`)      stage 1
+``heuristic``  model-free templates (`seed_jax.pipeline.heuristic_annotator`)          stage 1, RL
+``scripted``   the environment's own expert analysis (``Benchmark.scripted_answer``)   stage 1
+``static``     the stage-1 skill bank, looked up by task (`SkillBank`)                RL
+``shuffled``   another analyzer's skills moved to other trajectories (a derangement)   RL
+=============  =====================================================================  =========
+
+Every analyzer skips trajectories with ``env_error`` or no steps. `rl_analyzer` picks the RL
+analyzer of a method (`MethodSwitches.skill_source`), `stage1_analyzer` the stage-1 one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Callable, Mapping, Sequence
+
+from seed_jax.metrics import StageProgress
+from seed_jax.pipeline.annotator import OpenAIChat
+from seed_jax.pipeline.heuristic_annotator import heuristic_skill
+from seed_jax.pipeline.skill_bank import SkillBank
+from seed_jax.rollout.analyzer import analyze_trajectories
+from seed_jax.rollout.trajectory import Trajectory
+from seed_jax.skills import SkillParse, annotate, build_analyzer_prompt, parse_skill
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+    """``parses`` / ``prompts``: traj_id -> the analyzer's parsed answer / its prompt x_tau (empty
+    for analyzers that write nothing, e.g. ``static``); ``skills``: traj_id -> the skill for OPD."""
+
+    parses: dict[str, SkillParse]
+    prompts: dict[str, str]
+    skills: dict[str, str | None]
+
+    @staticmethod
+    def from_parses(parses: dict[str, SkillParse], prompts: dict[str, str]) -> Analysis:
+        return Analysis(parses, prompts, {k: (p.skill if p.ok else None) for k, p in parses.items()})
+
+    @property
+    def parse_rate(self) -> float | None:
+        """Share of parsed answers (None when the analyzer wrote none)."""
+        return sum(p.ok for p in self.parses.values()) / len(self.parses) if self.parses else None
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisContext:
+    """What an analyzer may use. ``policy = (model, tokenizer, params, encode_prompt)`` for
+    ``self``; ``bench`` (its ``scripted_answer``) for ``scripted``; ``bank`` and ``tasks``
+    (task_id -> task dict) for ``static``; ``seed`` / ``update`` seed ``shuffled``."""
+
+    success_threshold: float
+    max_prompt_tokens: int
+    max_new_tokens: int
+    batch_size: int = 32
+    policy: tuple | None = None
+    bench: object = None
+    bank: SkillBank | None = None
+    tasks: Mapping[str, dict] = dataclasses.field(default_factory=dict)
+    openai: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    seed: int = 0
+    update: int = 0
+
+    @property
+    def max_prompt_chars(self) -> int:
+        """The character budget of x_tau: ~3 characters per prompt token."""
+        return 3 * self.max_prompt_tokens
+
+    def prompt(self, traj: Trajectory) -> str:
+        return build_analyzer_prompt(traj, self.success_threshold, max_chars=self.max_prompt_chars)
+
+
+Analyzer = Callable[[Sequence[Trajectory], AnalysisContext], Analysis]
+
+
+def analyzable(trajs: Sequence[Trajectory]) -> list[Trajectory]:
+    return [t for t in trajs if not t.env_error and t.steps]
+
+
+def self_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
+    if ctx.policy is None:
+        raise ValueError("the 'self' analyzer needs the policy (model, tokenizer, params, encode_prompt)")
+    model, tok, params, encode = ctx.policy
+    parses, prompts = analyze_trajectories(
+        model, tok, analyzable(trajs), params=params, encode_prompt=encode, success_threshold=ctx.success_threshold,
+        max_new_tokens=ctx.max_new_tokens, max_prompt_tokens=ctx.max_prompt_tokens, batch_size=ctx.batch_size)
+    return Analysis.from_parses(parses, prompts)
+
+
+def openai_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
+    o = dict(ctx.openai)
+    chat = OpenAIChat(o["base_url"], o["model"], o.get("api_key_env", "OPENAI_API_KEY"),
+                      max_tokens=ctx.max_new_tokens)
+    todo = analyzable(trajs)
+    parses, prompts = {}, {}
+    bar = StageProgress(len(todo), "annotate")
+    for t in todo:
+        prompts[t.traj_id] = ctx.prompt(t)
+        parses[t.traj_id], _ = annotate(prompts[t.traj_id], chat, int(o.get("max_repairs", 2)))
+        bar.update(1)
+    bar.close()
+    return Analysis.from_parses(parses, prompts)
+
+
+def heuristic_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
+    todo = analyzable(trajs)
+    return Analysis.from_parses({t.traj_id: heuristic_skill(t, ctx.success_threshold) for t in todo},
+                                {t.traj_id: ctx.prompt(t) for t in todo})
+
+
+def scripted_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
+    answer = getattr(ctx.bench, "scripted_answer", None)
+    if answer is None:
+        raise ValueError(f"config.stage1.analyzer: 'scripted' is not available for env "
+                         f"{getattr(ctx.bench, 'name', '?')!r} (it provides no expert analysis)")
+    todo = analyzable(trajs)
+    return Analysis.from_parses({t.traj_id: parse_skill(answer(t)) for t in todo},
+                                {t.traj_id: ctx.prompt(t) for t in todo})
+
+
+def static_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
+    """Bank skills by task (`SkillBank.lookup` on the task dict; a task unknown to ``ctx.tasks``
+    is looked up by its id and the trajectory's task type)."""
+    if ctx.bank is None:
+        raise ValueError("the 'static' analyzer needs the stage-1 skill bank")
+    skills = {}
+    for t in analyzable(trajs):
+        task = ctx.tasks.get(t.task_id) or {"task_id": t.task_id, "task_type": t.info.get("task_type", "")}
+        skills[t.traj_id] = ctx.bank.lookup(task)
+    return Analysis({}, {}, skills)
+
+
+def shuffle_skills(skills: Mapping[str, str | None], seed: int, update: int) -> dict[str, str | None]:
+    """Control: move every skill to another trajectory (seeded permutation, no fixed point when
+    there are two or more skills); trajectories without a skill keep none."""
+    ids = [k for k, v in skills.items() if v]
+    if len(ids) < 2:
+        return {k: None for k in skills}
+    order = ids[:]
+    random.Random(f"{seed}:shuffle:{update}").shuffle(order)
+    shifted = order[1:] + order[:1]  # a cyclic shift of a random order: a derangement
+    out: dict[str, str | None] = {k: None for k in skills}
+    for src, dst in zip(order, shifted):
+        out[dst] = skills[src]
+    return out
+
+
+def shuffled(inner: Analyzer) -> Analyzer:
+    """``inner``'s analysis with its skills shuffled (`shuffle_skills`); parses stay as written."""
+
+    def analyze(trajs, ctx: AnalysisContext) -> Analysis:
+        a = inner(trajs, ctx)
+        return Analysis(a.parses, a.prompts, shuffle_skills(a.skills, ctx.seed, ctx.update))
+
+    return analyze
+
+
+ANALYZERS: dict[str, Analyzer] = {
+    "self": self_analyzer,
+    "openai": openai_analyzer,
+    "heuristic": heuristic_analyzer,
+    "scripted": scripted_analyzer,
+    "static": static_analyzer,
+}
+STAGE1_ANALYZERS = ("self", "openai", "scripted", "heuristic")
+RL_ONLINE_ANALYZERS = ("self", "heuristic")
+
+
+def get_analyzer(name: str) -> Analyzer:
+    if name not in ANALYZERS:
+        raise ValueError(f"unknown analyzer {name!r}; known: {sorted(ANALYZERS)}")
+    return ANALYZERS[name]
+
+
+def rl_analyzer(skill_source: str, online: str) -> Analyzer | None:
+    """The RL analyzer of a method's ``skill_source``: ``online`` -> ``ANALYZERS[online]``
+    (``analysis.analyzer``), ``static`` -> the bank, ``shuffled`` -> the online one shuffled,
+    ``none`` -> None (no skills)."""
+    if skill_source == "none":
+        return None
+    if skill_source == "static":
+        return static_analyzer
+    inner = get_analyzer(online)
+    return shuffled(inner) if skill_source == "shuffled" else inner

@@ -1,0 +1,48 @@
+"""PPO epochs over one update's batch: shuffled mini-batches, one optimizer step each.
+
+With ``n`` rows on this host and ``M = ceil_micro(min(rl.mini_batch_size / hosts, n))`` rows per
+mini-batch (a multiple of the micro-batch), the batch is padded with fully masked rows to
+``ceil(n / M) * M`` rows, so every mini-batch has the same static shape, and each epoch walks
+a seeded permutation ``rng([seed, update, epoch])`` of the rows in ``M``-row slices. On several
+hosts every host pads its rows and lengths to the common maximum first (`multihost`), and
+each contributes its rows to every global mini-batch. The update's metrics pool the steps'
+metrics exactly (`seed_jax.train.update.pool_metrics`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from seed_jax.buckets import round_to_multiple
+from seed_jax.pipeline.multihost import common_max, is_multihost, to_global
+from seed_jax.train.batch import SeedBatch
+from seed_jax.train.update import pool_metrics
+
+
+def mini_batch_rows(rows: int, mini_batch_size: int, micro_batch_size: int, hosts: int = 1) -> int:
+    """``M``: rows per mini-batch on one host (module docstring)."""
+    return round_to_multiple(min(mini_batch_size // hosts, rows), micro_batch_size)
+
+
+def ppo_epochs(state, batch: SeedBatch, train_step, *, mini_batch_size: int, micro_batch_size: int,
+               epochs: int, seed: int, update: int, mesh, hosts: int = 1):
+    """``(state, metrics)`` after ``epochs`` passes over ``batch`` (module docstring)."""
+    n = batch.num_rows
+    if is_multihost():
+        Pt = batch.teacher_prompt_len
+        n, P, R, Pt_ = common_max(n, batch.prompt_len, batch.response_len, Pt or 0)
+        batch = batch.grow(P, Pt_ if Pt is not None else None, R, n)
+    M = mini_batch_rows(n, mini_batch_size, micro_batch_size, hosts)
+    total = round_to_multiple(n, M)
+    if total > n:
+        batch = batch.grow(batch.prompt_len, batch.teacher_prompt_len, batch.response_len, total)
+    steps = []
+    for epoch in range(epochs):
+        perm = np.random.default_rng([seed, update, epoch]).permutation(total)
+        for k in range(total // M):
+            mb = batch.take(np.sort(perm[k * M:(k + 1) * M]))
+            if not is_multihost() and not mb.response_mask.any():
+                continue
+            state, m = train_step(state, to_global(mb, mesh))
+            steps.append(m)
+    return state, pool_metrics(steps) if steps else {"optimizer_steps": 0.0}

@@ -1,0 +1,134 @@
+"""One RL update's batch: rollouts + skills -> step-samples -> log-probs -> a `SeedBatch`.
+
+With theta_old the parameters that start the update (they generated the rollouts):
+
+- ``old_logp``: theta_old on the ordinary prompts (the PPO ratio's denominator);
+- ``ref_logp``: the frozen reference (the RL start) on the same rows, when ``c_kl > 0``;
+- ``teacher_logp``: theta_old on the teacher twins ``H(h, s)`` — taken for the skill audit
+  (``rl.audit_gates``) and given to the step when ``teacher_from_old`` (the authors' path);
+  without any skill in the update it is ``old_logp`` (every row is masked out of OPD).
+
+Skill audit: per step-sample with a skill, the gate statistics of `seed_jax.losses.opd_loss`
+(``gate_mean``, ``gate_gt_half`` over its response tokens, gate ``g = sigmoid(beta_opd *
+(t - l))`` with ``t = teacher_logp``, ``l = old_logp``), pooled per trajectory as token sums.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seed_jax import losses
+from seed_jax.metrics import GateSummary
+from seed_jax.models.config import ModelConfig
+from seed_jax.rollout.batch import RowInfo, build_batch
+from seed_jax.rollout.trajectory import Trajectory
+from seed_jax.train.batch import SeedBatch
+from seed_jax.train.config import TrainConfig
+from seed_jax.train.logprobs import compute_logprobs
+
+
+@dataclasses.dataclass(frozen=True)
+class StepGate:
+    """The OPD gate of one step-sample under theta_old (a line of ``step_gates.jsonl``)."""
+
+    traj_id: str
+    step: int
+    gate_mean: float
+    gate_gt_half: float
+    n_tokens: int
+
+    def to_json(self, update: int) -> dict:
+        return {"update": int(update), "traj_id": self.traj_id, "step": int(self.step),
+                "gate_mean": float(self.gate_mean), "gate_gt_half": float(self.gate_gt_half),
+                "n_tokens": int(self.n_tokens)}
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateBatch:
+    """``batch`` (host arrays, one row per step-sample, no padding rows), the rows' origins and
+    the skill audit (empty when no gate was taken)."""
+
+    batch: SeedBatch
+    rows: list[RowInfo]
+    step_gates: list[StepGate]
+    traj_gates: dict[str, GateSummary]
+
+
+@jax.jit
+def _row_gate_sums(old_logp, teacher_logp, mask, beta):
+    """Per row: the gate TokenSums of `losses.opd_loss` over that row's response tokens."""
+    def one(student, teacher, m):
+        out = losses.opd_loss(student[None], teacher[None], m[None], beta)
+        return out.metrics["gate_mean"], out.metrics["gate_gt_half"]
+    return jax.vmap(one)(old_logp, teacher_logp, mask)
+
+
+def gate_audit(rows: Sequence[RowInfo], old_logp, teacher_logp, response_mask,
+               beta: float) -> tuple[list[StepGate], dict[str, GateSummary]]:
+    """Gate statistics of the rows with a skill: per step-sample and pooled per trajectory."""
+    idx = [i for i, r in enumerate(rows) if r.has_skill]
+    if not idx:
+        return [], {}
+    mean, gt = _row_gate_sums(jnp.asarray(old_logp[idx]), jnp.asarray(teacher_logp[idx]),
+                              jnp.asarray(response_mask[idx]), jnp.float32(beta))
+    mean_t, gt_t, count = (np.asarray(x, np.float64) for x in (mean.total, gt.total, mean.count))
+    steps, pooled = [], {}
+    for k, i in enumerate(idx):
+        r = rows[i]
+        if count[k] <= 0:
+            continue
+        steps.append(StepGate(r.traj_id, r.step_index, mean_t[k] / count[k], gt_t[k] / count[k], int(count[k])))
+        acc = pooled.setdefault(r.traj_id, [0.0, 0.0, 0.0])
+        acc[0] += mean_t[k]
+        acc[1] += gt_t[k]
+        acc[2] += count[k]
+    return steps, {tid: GateSummary(mean=m / n, share_gt_half=g / n, n_tokens=int(round(n)))
+                   for tid, (m, g, n) in pooled.items()}
+
+
+def build_update_batch(
+    trajectories: Sequence[Trajectory],
+    skills: dict[str, str | None],
+    *,
+    encode_prompt: Callable[[str], list[int]],
+    pad_id: int,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    old_params,
+    ref_params,
+    max_prompt_tokens: int,
+    max_response_tokens: int,
+    advantage_mode: str,
+    with_teacher: bool,
+    audit_gates: bool,
+    micro_batch_size: int,
+) -> UpdateBatch:
+    """The update's `UpdateBatch` (module docstring). ``with_teacher``: build the teacher twins
+    (a method with skills); the step gets ``teacher_ids`` only when it runs a teacher pass."""
+    tc = train_cfg
+    samples = build_batch(trajectories, skills, encode_prompt, pad_id=pad_id, max_prompt_tokens=max_prompt_tokens,
+                          max_response_tokens=max_response_tokens, advantage_mode=advantage_mode,
+                          with_teacher=with_teacher or tc.use_teacher)
+    P, Pt, R = samples.prompt_len, samples.teacher_prompt_len, samples.response_len
+
+    def logprobs(params, ids, mask, prompt_len):
+        return compute_logprobs(params, model_cfg, ids, mask, prompt_len, R, micro_batch_size)
+
+    old = logprobs(old_params, samples.student_ids, samples.student_mask, P)
+    ref = logprobs(ref_params, samples.student_ids, samples.student_mask, P) if tc.c_kl > 0 else None
+    teacher = None
+    has_skill = bool(samples.has_skill.any())
+    if samples.teacher_ids is not None and has_skill and (audit_gates or tc.teacher_from_old):
+        teacher = logprobs(old_params, samples.teacher_ids, samples.teacher_mask, Pt)
+    steps, traj_gates = ([], {}) if teacher is None else gate_audit(samples.rows, old, teacher,
+                                                                    samples.response_mask, tc.beta_opd)
+    if tc.use_teacher and tc.teacher_from_old and teacher is None:
+        teacher = old  # no skill in this update: OPD is masked out on every row
+    batch = samples.to_seed_batch(old, ref, teacher if tc.use_teacher and tc.teacher_from_old else None,
+                                  with_teacher_ids=tc.use_teacher and not tc.teacher_from_old)
+    return UpdateBatch(batch, samples.rows, steps, traj_gates)
