@@ -4,7 +4,8 @@ functions, read from the source with `ast`, nothing imported) points down or sid
 The library, lowest layer first (a module may import its own layer and the layers below):
 
 ====  =========  ==================================================================
-  0   models     ``seed_jax.models``, ``seed_jax.losses`` (the math core: arrays in, arrays out)
+  0   models     ``seed_jax.models``, ``seed_jax.losses`` (the math core: arrays in, arrays out),
+                 ``seed_jax.buckets`` (static-shape buckets)
   1   train      ``seed_jax.train`` (train state, jitted steps, checkpoints, mesh)
   2   rollout    ``seed_jax.rollout``, ``seed_jax.sampling``; shared utilities whose lowest
                  user is the rollout: ``seed_jax.skills`` (skill format and parser),
@@ -42,6 +43,7 @@ LAYER_NAMES = ("models", "train", "rollout", "pipeline", "launch")
 LAYERS = {
     "seed_jax.models": 0,
     "seed_jax.losses": 0,
+    "seed_jax.buckets": 0,  # static-shape buckets (pure integers), used from models up
     "seed_jax.train": 1,
     "seed_jax.rollout": 2,
     "seed_jax.sampling": 2,

@@ -15,7 +15,6 @@ from seed_jax.rollout.loop import RolloutSettings
 from seed_jax.rollout.pool import EnvPool
 from seed_jax.train.config import ConfigError, TrainConfig
 
-
 _DERIVED = frozenset({"total_steps", "remat", "compute_dtype", "param_dtype"})  # set by train_config below
 
 

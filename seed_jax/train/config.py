@@ -120,7 +120,7 @@ class TrainConfig:
         """True when the jitted step runs a teacher forward on the current parameters."""
         return self.use_teacher and not self.teacher_from_old
 
-    def replace(self, **kw) -> "TrainConfig":
+    def replace(self, **kw) -> TrainConfig:
         return dataclasses.replace(self, **kw)
 
     def apply_to(self, model_cfg: ModelConfig) -> ModelConfig:
