@@ -10,22 +10,26 @@ Presets (``--config=configs/search.py:PRESET``):
 
 Every key exists here, so a misspelt override (``--config.rl.num_update=3``) is rejected by
 the locked ConfigDict, and `seed_jax.pipeline.validate` rejects impossible values before any
-work starts.
+work starts. The ``train`` section is built from `seed_jax.train.config.TrainConfig`, whose
+dataclass holds the defaults; the method names and their switches are in
+`seed_jax.pipeline.methods`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import ml_collections
 
-METHODS = ("seed", "grpo", "seed_no_sft", "sft_grpo", "seed_static", "skill_prompt", "skill_grpo",
-           "seed_shuffled")
+from seed_jax.train.config import run_train_defaults
+
+PRESETS = ("local", "paper", "tiny")
 
 
 def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
-    # seed | grpo | seed_no_sft | sft_grpo | seed_static | skill_prompt | skill_grpo (spec sec. 7)
-    c.method = "seed"
+    c.method = "seed"  # one of seed_jax.pipeline.methods.METHODS (spec section 7)
     c.stages = "collect,annotate,sft,rl,eval"
 
     c.model = ml_collections.ConfigDict()
@@ -86,22 +90,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.eval_every = 0  # 0 = only the final eval stage
     c.rl.audit_gates = True  # per-step OPD gates under theta_old -> step_gates.jsonl (one extra teacher forward)
 
-    c.train = ml_collections.ConfigDict()
-    c.train.lr = 1e-6
-    c.train.weight_decay = 0.01
-    c.train.grad_clip = 1.0
-    c.train.warmup_steps = 0
-    c.train.schedule = "constant"
-    c.train.c_ent = 0.001
-    c.train.c_kl = 0.01
-    c.train.kl_kind = "low_var_kl"
-    c.train.lambda_opd = 0.01
-    c.train.beta_opd = 5.0
-    c.train.clip_low = 0.2
-    c.train.clip_high = 0.2
-    c.train.dual_clip = 3.0
-    c.train.micro_batch_size = 16
-    c.train.teacher_from_old = False
+    c.train = ml_collections.ConfigDict(run_train_defaults())  # TrainConfig's fields and defaults
+    c.train.micro_batch_size = 16  # rows per micro-batch (TrainConfig's None, the whole mini-batch, is no run option)
 
     c.eval = ml_collections.ConfigDict()
     c.eval.num_tasks = 0  # per split; 0 = the whole split
@@ -115,6 +105,39 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+def set_keys(c: ml_collections.ConfigDict, values: Mapping[str, object]) -> None:
+    """Set existing dotted keys of ``c`` (``{"rl.num_updates": 2}``); an unknown key is a KeyError."""
+    for dotted, value in values.items():
+        *parents, leaf = dotted.split(".")
+        node = c
+        for part in parents:
+            node = node[part]
+        if leaf not in node:
+            raise KeyError(f"config has no key {dotted!r}")
+        node[leaf] = value
+
+
+def with_preset(c: ml_collections.ConfigDict, preset: str, *, local: Mapping[str, int],
+                paper: Mapping[str, object] | None = None,
+                tiny: Mapping[str, object] | None = None) -> ml_collections.ConfigDict:
+    """Apply one of `PRESETS` to a benchmark's config and lock it.
+
+    ``local``: the keyword arguments of `apply_local` (the benchmark's laptop scale); ``paper`` and
+    ``tiny``: dotted keys set for that preset (after `apply_tiny` for ``tiny``).
+    """
+    if preset == "local":
+        apply_local(c, **local)
+    elif preset == "paper":
+        set_keys(c, paper or {})
+    elif preset == "tiny":
+        apply_tiny(c)
+        set_keys(c, tiny or {})
+    else:
+        raise ValueError(f"unknown preset {preset!r}: {' | '.join(PRESETS)}")
+    c.lock()
+    return c
+
+
 def apply_local(c: ml_collections.ConfigDict, *, stage1_tasks: int, max_steps: int, prompt_tokens: int,
                 analysis_prompt_tokens: int, eval_tasks: int) -> None:
     """The laptop-CPU scale shared by every benchmark's ``local`` preset (embedded SmolLM2-135M).
@@ -123,50 +146,44 @@ def apply_local(c: ml_collections.ConfigDict, *, stage1_tasks: int, max_steps: i
     itself, so the model-free template analyzer plays the annotator's role: stage-1 SFT then
     teaches the policy the skill format, and in stage 2 the policy writes its own skills (spec).
     """
-    c.stage1.analyzer = "heuristic"
-    c.stage1.num_tasks = stage1_tasks
-    c.stage1.group_size = 2
-    c.stage1.sft_epochs = 2
+    _small_run(c, stage1_tasks=stage1_tasks, sft_epochs=2, answer_tokens=96, analysis_tokens=96,
+               analysis_prompt_tokens=analysis_prompt_tokens, group_size=4, max_steps=max_steps,
+               prompt_tokens=prompt_tokens, response_tokens=48, mini_batch_size=32, eval_tasks=eval_tasks)
     c.stage1.sft_lr = 5e-5
-    c.stage1.sft_batch_size = 4
-    c.stage1.sft_micro_batch_size = 2
-    c.stage1.max_answer_tokens = 96
-    c.analysis.max_new_tokens = 96
-    c.analysis.max_prompt_tokens = analysis_prompt_tokens
     c.analysis.batch_size = 16
-    c.rollout.group_size = 4
-    c.rollout.max_steps = max_steps
-    c.rollout.max_prompt_tokens = prompt_tokens
-    c.rollout.max_response_tokens = 48
-    c.rl.num_updates = 2
-    c.rl.tasks_per_update = 2
-    c.rl.mini_batch_size = 32
-    c.rl.checkpoint_every = 1
-    c.train.micro_batch_size = 4
-    c.eval.num_tasks = eval_tasks
 
 
 def apply_tiny(c: ml_collections.ConfigDict) -> None:
     """A random 2-layer model and minimal counts: the whole pipeline in about a minute."""
+    _small_run(c, stage1_tasks=2, sft_epochs=1, answer_tokens=32, analysis_tokens=24, analysis_prompt_tokens=1024,
+               group_size=2, max_steps=2, prompt_tokens=768, response_tokens=16, mini_batch_size=8, eval_tasks=2)
     c.model.random_init = True
-    c.stage1.analyzer = "heuristic"
     c.analysis.analyzer = "heuristic"
-    c.stage1.num_tasks = 2
+    c.train.lr = 1e-4
+
+
+def _small_run(c: ml_collections.ConfigDict, *, stage1_tasks: int, sft_epochs: int, answer_tokens: int,
+               analysis_tokens: int, analysis_prompt_tokens: int, group_size: int, max_steps: int,
+               prompt_tokens: int, response_tokens: int, mini_batch_size: int, eval_tasks: int) -> None:
+    """What the ``local`` and ``tiny`` presets share: stage 1 annotated by the model-free template
+    analyzer with small SFT batches, two RL updates of two tasks each with a checkpoint after
+    every update, micro-batches of 4 rows; the counts and token budgets given."""
+    c.stage1.analyzer = "heuristic"
+    c.stage1.num_tasks = stage1_tasks
     c.stage1.group_size = 2
-    c.stage1.sft_epochs = 1
+    c.stage1.sft_epochs = sft_epochs
     c.stage1.sft_batch_size = 4
     c.stage1.sft_micro_batch_size = 2
-    c.stage1.max_answer_tokens = 32
-    c.rollout.group_size = 2
-    c.rollout.max_steps = 2
-    c.rollout.max_prompt_tokens = 768
-    c.rollout.max_response_tokens = 16
-    c.analysis.max_new_tokens = 24
-    c.analysis.max_prompt_tokens = 1024
+    c.stage1.max_answer_tokens = answer_tokens
+    c.analysis.max_new_tokens = analysis_tokens
+    c.analysis.max_prompt_tokens = analysis_prompt_tokens
+    c.rollout.group_size = group_size
+    c.rollout.max_steps = max_steps
+    c.rollout.max_prompt_tokens = prompt_tokens
+    c.rollout.max_response_tokens = response_tokens
     c.rl.num_updates = 2
     c.rl.tasks_per_update = 2
-    c.rl.mini_batch_size = 8
+    c.rl.mini_batch_size = mini_batch_size
     c.rl.checkpoint_every = 1
-    c.train.lr = 1e-4
     c.train.micro_batch_size = 4
-    c.eval.num_tasks = 2
+    c.eval.num_tasks = eval_tasks

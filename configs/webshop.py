@@ -6,7 +6,7 @@ generated in the official schema from the real ``items_ins_v2_1000.json``.
 
 from __future__ import annotations
 
-from configs.base import apply_local, apply_tiny, base_config
+from configs.base import base_config, with_preset
 
 
 def get_config(preset: str = "local"):
@@ -17,14 +17,7 @@ def get_config(preset: str = "local"):
     c.rollout.max_steps = 15
     c.rollout.max_prompt_tokens = 4096
     c.rl.mini_batch_size = 64
-    c.rl.advantage_mode = "mean_std"
-    if preset == "local":
-        apply_local(c, stage1_tasks=6, max_steps=5, prompt_tokens=768, analysis_prompt_tokens=1024, eval_tasks=6)
-    elif preset == "paper":
-        c.eval.num_tasks = 128
-    elif preset == "tiny":
-        apply_tiny(c)
-    else:
-        raise ValueError(f"unknown preset {preset!r}: local | paper | tiny")
-    c.lock()
-    return c
+    return with_preset(
+        c, preset,
+        local=dict(stage1_tasks=6, max_steps=5, prompt_tokens=768, analysis_prompt_tokens=1024, eval_tasks=6),
+        paper={"eval.num_tasks": 128})

@@ -23,7 +23,7 @@ import jax
 
 from seed_jax.metrics import MetricsWriter, SkillLog
 from seed_jax.pipeline.environments import make_benchmark
-from seed_jax.pipeline.validate import switches
+from seed_jax.pipeline.methods import switches
 
 log = logging.getLogger("seed_jax")
 

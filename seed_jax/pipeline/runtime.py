@@ -3,39 +3,50 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import jax
 
 from seed_jax.models import Model, ModelConfig, load_model, load_tokenizer, save_model
 from seed_jax.models.decoder import init_params
+from seed_jax.pipeline.methods import switches
 from seed_jax.rollout.loop import RolloutSettings
 from seed_jax.rollout.pool import EnvPool
-from seed_jax.train.config import TrainConfig
+from seed_jax.train.config import ConfigError, TrainConfig
+
+_DERIVED = frozenset({"total_steps", "remat", "compute_dtype", "param_dtype"})  # set by train_config below
 
 
 def train_config(config, **overrides) -> TrainConfig:
-    """The RL TrainConfig of a run config (method switches applied: no OPD -> lambda_opd 0)."""
-    from seed_jax.pipeline.validate import switches
-
-    t = config.train
-    kw = dict(lr=t.lr, weight_decay=t.weight_decay, grad_clip=t.grad_clip, warmup_steps=t.warmup_steps,
-              schedule=t.schedule, total_steps=max(config.rl.num_updates, t.warmup_steps + 1),
-              c_ent=t.c_ent, c_kl=t.c_kl, kl_kind=t.kl_kind,
-              lambda_opd=t.lambda_opd if switches(config).opd else 0.0, beta_opd=t.beta_opd,
-              clip_low=t.clip_low, clip_high=t.clip_high, dual_clip=t.dual_clip,
-              micro_batch_size=t.micro_batch_size, teacher_from_old=t.teacher_from_old,
-              remat=config.model.remat, compute_dtype=config.model.dtype, param_dtype=config.model.param_dtype)
+    """The RL TrainConfig of a run config: every key of ``config.train`` (see `RUN_TRAIN_FIELDS`)
+    plus the derived fields: ``total_steps`` (the cosine schedule runs over the updates),
+    ``lambda_opd = 0`` for methods without OPD, and remat / dtypes from ``config.model``."""
+    kw = config.train.to_dict()
+    unknown = sorted((set(kw) - {f.name for f in dataclasses.fields(TrainConfig)}) | (set(kw) & _DERIVED))
+    if unknown:
+        raise ConfigError(f"config.train.{unknown[0]}: not a TrainConfig field a run sets "
+                          f"(derived: {sorted(_DERIVED)})")
+    kw.update(total_steps=max(config.rl.num_updates, kw["warmup_steps"] + 1), **_model_fields(config))
+    if not switches(config).opd:
+        kw["lambda_opd"] = 0.0
     kw.update(overrides)
     return TrainConfig(**kw)
 
 
 def sft_train_config(config) -> TrainConfig:
+    """The stage-1 SFT TrainConfig: plain cross-entropy (no entropy, KL or OPD term) at
+    ``stage1.sft_lr``, with the run's weight decay and gradient clip."""
     s = config.stage1
     return TrainConfig(lr=s.sft_lr, weight_decay=config.train.weight_decay, grad_clip=config.train.grad_clip,
                        c_ent=0.0, c_kl=0.0, lambda_opd=0.0, micro_batch_size=s.sft_micro_batch_size,
-                       remat=config.model.remat, compute_dtype=config.model.dtype,
-                       param_dtype=config.model.param_dtype)
+                       **_model_fields(config))
+
+
+def _model_fields(config) -> dict:
+    """The TrainConfig fields that ``config.model`` sets (applied to the model by `TrainConfig.apply_to`)."""
+    m = config.model
+    return dict(remat=m.remat, compute_dtype=m.dtype, param_dtype=m.param_dtype)
 
 
 def load_policy(config, path: str | Path | None = None) -> tuple[Model, object]:
@@ -59,8 +70,6 @@ def load_policy(config, path: str | Path | None = None) -> tuple[Model, object]:
 
 def save_policy(model: Model, tokenizer, out_dir: Path) -> Path:
     """A complete HF directory (weights, config, tokenizer) written atomically."""
-    import shutil
-
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     if tmp.exists():
@@ -89,9 +98,4 @@ def make_pool(config, bench):
                    step_timeout_s=config.env.step_timeout_s, seed=config.seed)
 
 
-def config_to_dict(config) -> dict:
-    return config.to_dict()
-
-
-__all__ = ["train_config", "sft_train_config", "load_policy", "save_policy", "rollout_settings", "make_pool",
-           "dataclasses"]
+__all__ = ["train_config", "sft_train_config", "load_policy", "save_policy", "rollout_settings", "make_pool"]

@@ -11,10 +11,10 @@ import numpy as np
 from seed_jax.buckets import round_up
 from seed_jax.metrics import StageProgress
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
+from seed_jax.pipeline.methods import needs_skill_bank
 from seed_jax.pipeline.multihost import host_local_params, to_global
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings, save_policy, sft_train_config
-from seed_jax.pipeline.validate import needs_skill_bank
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
 from seed_jax.rollout.trajectory import read_jsonl, write_jsonl
 from seed_jax.skills import SkillRecord, read_skill_records, write_skill_records

@@ -2,50 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-
-from configs.base import METHODS
 from seed_jax.losses import ADVANTAGE_ESTIMATORS
+from seed_jax.pipeline.methods import METHODS
+from seed_jax.pipeline.runtime import train_config
 
 STAGES = ("collect", "annotate", "sft", "rl", "eval")
 
 
 class ConfigValueError(ValueError):
     """A configuration key holds an impossible value (the message names the key)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class MethodSwitches:
-    """What a method (spec section 7) turns on: stage-1 SFT, OPD, skill source, skills in prompts."""
-
-    sft: bool
-    opd: bool
-    skill_source: str  # online | static | shuffled (online skills permuted across trajectories) | none
-    prompt_skills: bool  # skills shown in the policy's prompts (train and eval)
-    train: bool  # run RL updates at all
-
-
-METHOD_SWITCHES = {
-    "seed": MethodSwitches(sft=True, opd=True, skill_source="online", prompt_skills=False, train=True),
-    "grpo": MethodSwitches(sft=False, opd=False, skill_source="none", prompt_skills=False, train=True),
-    "seed_no_sft": MethodSwitches(sft=False, opd=True, skill_source="online", prompt_skills=False, train=True),
-    "sft_grpo": MethodSwitches(sft=True, opd=False, skill_source="none", prompt_skills=False, train=True),
-    "seed_static": MethodSwitches(sft=True, opd=True, skill_source="static", prompt_skills=False, train=True),
-    "skill_prompt": MethodSwitches(sft=False, opd=False, skill_source="none", prompt_skills=True, train=False),
-    "skill_grpo": MethodSwitches(sft=False, opd=False, skill_source="none", prompt_skills=True, train=True),
-    # control: each trajectory gets another trajectory's skill (a wrong hint)
-    "seed_shuffled": MethodSwitches(sft=True, opd=True, skill_source="shuffled", prompt_skills=False, train=True),
-}
-assert set(METHOD_SWITCHES) == set(METHODS)
-
-
-def switches(config) -> MethodSwitches:
-    return METHOD_SWITCHES[config.method]
-
-
-def needs_skill_bank(config) -> bool:
-    s = switches(config)
-    return s.sft or s.skill_source == "static" or s.prompt_skills
 
 
 def validate(config) -> None:
@@ -107,8 +72,6 @@ def validate(config) -> None:
     if config.mesh.data == 0 or config.mesh.data < -1:
         bad("mesh.data", "must be -1 (all devices) or >= 1")
     # the train-step settings are checked by TrainConfig itself, with its own field names
-    from seed_jax.pipeline.runtime import train_config
-
     try:
         train_config(config)
     except ValueError as e:

@@ -6,6 +6,10 @@ entropy coef 0.001, lambda_opd 0.01, beta_opd 5, PPO clip 0.2 both sides, dual c
 
 The config is frozen and hashable, so it can be closed over by `jax.jit` (it is static).
 ``lambda_opd == 0`` is plain GRPO: the teacher pass is not traced at all.
+
+The dataclass is the one source of these defaults: a run config's ``train`` section
+(``configs/base.py``) is built from the fields in `RUN_TRAIN_FIELDS` with `run_train_defaults`,
+and `seed_jax.pipeline.runtime.train_config` builds the TrainConfig back from that section.
 """
 
 from __future__ import annotations
@@ -116,7 +120,7 @@ class TrainConfig:
         """True when the jitted step runs a teacher forward on the current parameters."""
         return self.use_teacher and not self.teacher_from_old
 
-    def replace(self, **kw) -> "TrainConfig":
+    def replace(self, **kw) -> TrainConfig:
         return dataclasses.replace(self, **kw)
 
     def apply_to(self, model_cfg: ModelConfig) -> ModelConfig:
@@ -131,3 +135,20 @@ class TrainConfig:
             raise ConfigError(
                 f"TrainConfig.micro_batch_size: {mb} does not divide the batch size {batch_size}")
         return batch_size // mb
+
+
+RUN_TRAIN_FIELDS = ("lr", "weight_decay", "grad_clip", "warmup_steps", "schedule", "c_ent", "c_kl", "kl_kind",
+                    "lambda_opd", "beta_opd", "clip_low", "clip_high", "dual_clip", "micro_batch_size",
+                    "teacher_from_old")
+"""The TrainConfig fields a run config exposes as ``config.train.<field>``.
+
+The others are derived by the pipeline (``total_steps`` from the number of updates; ``remat``,
+``compute_dtype``, ``param_dtype`` from ``config.model``) or left at their defaults (Adam
+moments, ``min_lr_ratio``, ``logits_chunk``), which a config may still set.
+"""
+
+
+def run_train_defaults() -> dict:
+    """``{field: TrainConfig default}`` for the fields of `RUN_TRAIN_FIELDS`, in that order."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    return {name: defaults[name] for name in RUN_TRAIN_FIELDS}
