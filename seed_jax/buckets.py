@@ -8,7 +8,7 @@ of it (``round_up``). Row counts use powers of two (``row_bucket``).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 BUCKETS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
 

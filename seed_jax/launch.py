@@ -15,8 +15,16 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 from absl import app, flags
+from absl import logging as absl_logging
 from ml_collections import config_flags
+
+from seed_jax.pipeline import evaluate, rl, stage1
+from seed_jax.pipeline.multihost import barrier
+from seed_jax.pipeline.run import Run
+from seed_jax.pipeline.validate import STAGES, validate
+from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Benchmark config file, e.g. configs/search.py:local")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<env>-<preset>-<method>)")
@@ -31,20 +39,11 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=()) -> dict:
 
     ``rl_callbacks``: called with each RL update's `seed_jax.pipeline.rl.UpdateRecord`.
     """
-    import jax
-
-    from seed_jax.pipeline.validate import STAGES, validate
-
     if stages is not None:
         config.stages = stages
     validate(config)
-    from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
-
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU multi-process collectives
     maybe_initialize_distributed()
-    from seed_jax.pipeline.multihost import barrier
-    from seed_jax.pipeline import evaluate, rl, stage1
-    from seed_jax.pipeline.run import Run
 
     run = Run(config, workdir)
     mesh = make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
@@ -82,8 +81,6 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=()) -> dict:
 
 def main(argv):
     del argv
-    from absl import logging as absl_logging
-
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax / jax chatter
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

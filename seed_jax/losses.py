@@ -23,7 +23,7 @@ rollout records before anything is placed on device.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import jax

@@ -29,8 +29,9 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -124,7 +125,7 @@ def _to_float(key: str, value: Any) -> float | None:
         raise TypeError(f"metric {key!r}: expected a number, got {type(value).__name__}")
     try:
         arr = np.asarray(value)
-    except Exception as e:  # noqa: BLE001 - report the key, whatever failed
+    except Exception as e:
         raise TypeError(f"metric {key!r}: cannot convert {type(value).__name__} to a number") from e
     if arr.size != 1 or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
         raise TypeError(f"metric {key!r}: expected a scalar number, got dtype {arr.dtype} "
@@ -196,7 +197,7 @@ class MetricsWriter:
             self._tb = None
         self._closed = True
 
-    def __enter__(self) -> "MetricsWriter":
+    def __enter__(self) -> MetricsWriter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -223,7 +224,7 @@ class GateSummary:
     n_tokens: int
 
     @staticmethod
-    def from_arrays(gate: Any, mask: Any = None) -> "GateSummary | None":
+    def from_arrays(gate: Any, mask: Any = None) -> GateSummary | None:
         """Summary of gate values ``gate`` over ``mask`` (all tokens when None); None if no token."""
         g = np.asarray(gate, dtype=np.float64)
         m = np.ones_like(g) if mask is None else np.asarray(mask, dtype=np.float64)
@@ -373,7 +374,7 @@ class StageProgress:
     def close(self) -> None:
         self._bar.close()
 
-    def __enter__(self) -> "StageProgress":
+    def __enter__(self) -> StageProgress:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from seed_jax.buckets import BUCKETS, round_to_multiple, round_up, row_bucket
-from seed_jax.pipeline.analyzers import (AnalysisContext, get_analyzer, rl_analyzer, shuffle_skills,
-                                         static_analyzer)
+from seed_jax.losses import TokenSum
+from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer, rl_analyzer, shuffle_skills, static_analyzer
 from seed_jax.pipeline.ppo import mini_batch_rows, ppo_epochs
 from seed_jax.pipeline.skill_bank import SkillBank
 from seed_jax.pipeline.update_batch import gate_audit
@@ -18,7 +18,6 @@ from seed_jax.rollout.batch import RowInfo
 from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.train.batch import SeedBatch, pack_rows
 from seed_jax.train.update import STEP_SCALAR_POOLING, pool_metrics
-from seed_jax.losses import TokenSum
 
 
 def test_pack_rows_by_hand():

@@ -12,9 +12,8 @@ from seed_jax.train.mesh import make_mesh
 from seed_jax.train.sft import make_sft_step
 from seed_jax.train.state import create_sharded_state, make_schedule
 from seed_jax.train.step import make_train_step, seed_loss_and_grads
+from seed_jax.train.synthetic import random_params, synthetic_seed_batch, synthetic_sft_batch, tiny_config
 from seed_jax.train.update import metric_means, pool_metrics
-from seed_jax.train.synthetic import (random_params, synthetic_seed_batch, synthetic_sft_batch,
-                                      tiny_config)
 
 CFG = tiny_config()
 # adam_eps 1e-3 keeps the first Adam step (lr * g / (|g| + eps)) well conditioned, so that

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from seed_jax.metrics import StageProgress
 from seed_jax.pipeline.annotator import OpenAIChat
@@ -145,11 +145,11 @@ def shuffle_skills(skills: Mapping[str, str | None], seed: int, update: int) -> 
     there are two or more skills); trajectories without a skill keep none."""
     ids = [k for k, v in skills.items() if v]
     if len(ids) < 2:
-        return {k: None for k in skills}
+        return dict.fromkeys(skills)
     order = ids[:]
     random.Random(f"{seed}:shuffle:{update}").shuffle(order)
     shifted = order[1:] + order[:1]  # a cyclic shift of a random order: a derangement
-    out: dict[str, str | None] = {k: None for k in skills}
+    out: dict[str, str | None] = dict.fromkeys(skills)
     for src, dst in zip(order, shifted):
         out[dst] = skills[src]
     return out

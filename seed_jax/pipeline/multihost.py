@@ -12,6 +12,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
+
+from seed_jax.train.mesh import host_local_batch_to_global
 
 
 def is_multihost() -> bool:
@@ -22,8 +25,6 @@ def host_local_params(params):
     """Parameters usable by host-local jitted code (sampler, log-prob passes)."""
     if not is_multihost():
         return params
-    from jax.experimental import multihost_utils
-
     def one(x):
         if x.is_fully_replicated:
             return x.addressable_data(0)
@@ -37,8 +38,6 @@ def to_global(batch, mesh):
     numpy arrays itself)."""
     if not is_multihost():
         return batch
-    from seed_jax.train.mesh import host_local_batch_to_global
-
     return host_local_batch_to_global(batch, mesh)
 
 
@@ -46,14 +45,10 @@ def common_max(*values: int) -> list[int]:
     """Element-wise maximum of small integers over all hosts."""
     if not is_multihost():
         return list(values)
-    from jax.experimental import multihost_utils
-
     got = multihost_utils.process_allgather(np.asarray(values, np.int64))
     return [int(v) for v in np.asarray(got).reshape(-1, len(values)).max(0)]
 
 
 def barrier(name: str) -> None:
     if is_multihost():
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices(name)
+            multihost_utils.sync_global_devices(name)

@@ -22,7 +22,7 @@ import dataclasses
 import json
 import logging
 import random
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seed_jax.skills import read_skill_records, parse_skill
+from seed_jax.skills import parse_skill, read_skill_records
 
 
 class SkillBank:
@@ -17,7 +17,7 @@ class SkillBank:
         self.records = records
 
     @classmethod
-    def from_file(cls, path: Path, task_types: dict[str, str] | None = None) -> "SkillBank":
+    def from_file(cls, path: Path, task_types: dict[str, str] | None = None) -> SkillBank:
         recs = []
         if Path(path).exists():
             for r in read_skill_records(path):

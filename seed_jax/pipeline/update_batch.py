@@ -16,7 +16,7 @@ Skill audit: per step-sample with a skill, the gate statistics of `seed_jax.loss
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp

@@ -13,7 +13,7 @@ call (`StepSamples.to_seed_batch`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 

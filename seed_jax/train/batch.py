@@ -13,7 +13,8 @@ response columns and rows on the right) without moving any token relative to its
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import flax.struct
 import numpy as np

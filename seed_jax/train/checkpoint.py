@@ -121,7 +121,7 @@ class Checkpointer:
         self.manager.wait_until_finished()
         self.manager.close()
 
-    def __enter__(self) -> "Checkpointer":
+    def __enter__(self) -> Checkpointer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -175,7 +175,7 @@ class Checkpointer:
             step = steps[i]
             try:
                 err = self._mismatch(step, target)
-            except Exception as e:  # noqa: BLE001 - unreadable metadata: corrupt
+            except Exception as e:
                 self._warn(step, e, steps[:i])
                 continue
             if err is not None:
@@ -183,7 +183,7 @@ class Checkpointer:
             try:
                 state, host = self._read(step, target)
                 return state, host, step
-            except Exception as e:  # noqa: BLE001 - unreadable data: corrupt
+            except Exception as e:
                 self._warn(step, e, steps[:i])
         return None
 

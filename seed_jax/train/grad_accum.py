@@ -17,6 +17,10 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from seed_jax.train.mesh import BATCH_AXES
 
 
 def split_micro_batches(batch, num_micro: int, mesh=None):
@@ -27,10 +31,6 @@ def split_micro_batches(batch, num_micro: int, mesh=None):
             raise ValueError(f"batch of {B} rows cannot be split into {num_micro} micro-batches")
         y = x.reshape(B // num_micro, num_micro, *x.shape[1:]).swapaxes(0, 1)
         if mesh is not None:
-            from jax.sharding import NamedSharding, PartitionSpec as P
-
-            from seed_jax.train.mesh import BATCH_AXES
-
             y = jax.lax.with_sharding_constraint(y, NamedSharding(mesh, P(None, BATCH_AXES)))
         return y
 

@@ -25,6 +25,7 @@ import numpy as np
 from seed_jax.losses import entropy_from_logits
 from seed_jax.models import decoder
 from seed_jax.models.config import ModelConfig
+from seed_jax.train.mesh import batch_divisor, batch_sharding
 
 # Auto chunk: at most this many float32 logits (B x chunk x V) per chunk (64 MiB).
 LOGITS_BUDGET = 1 << 24
@@ -105,8 +106,6 @@ def compute_logprobs(params, cfg: ModelConfig, ids, mask, prompt_len: int, resp_
         raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
     sharding = None
     if mesh is not None:
-        from seed_jax.train.mesh import batch_divisor, batch_sharding
-
         if micro_batch % batch_divisor(mesh):
             raise ValueError(f"micro_batch {micro_batch} must be a multiple of the "
                              f"data x fsdp mesh size {batch_divisor(mesh)}")

@@ -26,6 +26,7 @@ from seed_jax.train.config import TrainConfig
 from seed_jax.train.logprobs import response_logprobs
 from seed_jax.train.update import build_step
 
+
 def sft_token_count(batch: SftBatch) -> jax.Array:
     return jnp.sum((batch.loss_mask != 0).astype(jnp.float32))
 

@@ -22,7 +22,9 @@ import jax.numpy as jnp
 import optax
 
 from seed_jax.models.config import resolve_dtype
+from seed_jax.models.decoder import init_params
 from seed_jax.train.config import TrainConfig
+from seed_jax.train.mesh import tree_shardings
 
 
 @flax.struct.dataclass
@@ -97,8 +99,6 @@ def init_train_state(params, train_cfg: TrainConfig, rng: jax.Array | int = 0) -
 
 def state_shardings(abstract_state: TrainState, mesh):
     """NamedShardings of a (possibly abstract) TrainState by `mesh.PARAM_RULES`."""
-    from seed_jax.train.mesh import tree_shardings
-
     return tree_shardings(abstract_state, mesh)
 
 
@@ -116,8 +116,6 @@ def create_sharded_state(params, train_cfg: TrainConfig, mesh, rng: jax.Array | 
 
 def abstract_train_state(model_cfg, train_cfg: TrainConfig) -> TrainState:
     """ShapeDtypeStructs of the TrainState for a model config (no parameters are allocated)."""
-    from seed_jax.models.decoder import init_params
-
     cfg = train_cfg.apply_to(model_cfg)
     return jax.eval_shape(
         lambda: init_train_state(init_params(cfg, jax.random.PRNGKey(0)), train_cfg,

@@ -8,9 +8,11 @@ followed by the same response tokens.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from seed_jax.models.config import ModelConfig
+from seed_jax.models.decoder import init_params
 from seed_jax.train.batch import SeedBatch, SftBatch
 
 
@@ -81,8 +83,4 @@ def synthetic_sft_batch(seed: int, B: int, P: int, R: int, vocab: int) -> SftBat
 
 def random_params(cfg: ModelConfig, seed: int = 0) -> dict:
     """`decoder.init_params` under jit (un-jitted Flax init runs op by op and is slow)."""
-    import jax
-
-    from seed_jax.models.decoder import init_params
-
     return jax.jit(init_params, static_argnums=0)(cfg, jax.random.PRNGKey(seed))

@@ -24,8 +24,14 @@ from seed_jax.losses import TokenSum
 from seed_jax.train.config import TrainConfig
 from seed_jax.train.grad_accum import accumulate_gradients
 from seed_jax.train.mesh import batch_divisor, batch_sharding, replicated
-from seed_jax.train.state import (TrainState, abstract_train_state, applied_updates,
-                                  make_optimizer, make_schedule, state_shardings)
+from seed_jax.train.state import (
+    TrainState,
+    abstract_train_state,
+    applied_updates,
+    make_optimizer,
+    make_schedule,
+    state_shardings,
+)
 
 
 def apply_update(state: TrainState, grads, loss, train_cfg: TrainConfig, rows: int):
