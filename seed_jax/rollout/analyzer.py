@@ -21,8 +21,7 @@ from seed_jax.skills import SkillParse, build_analyzer_prompt, parse_skill
 def analyze_trajectories(model, tokenizer, trajectories: Sequence[Trajectory], *,
                          encode_prompt: Callable[[str], list[int]], success_threshold: float,
                          params=None, max_new_tokens: int = 512, max_prompt_tokens: int = 4096,
-                         batch_size: int = 32, prompt_buckets=(256, 512, 1024, 2048, 4096, 8192),
-                         progress: bool = True) -> tuple[dict[str, SkillParse], dict[str, str]]:
+                         batch_size: int = 32, progress: bool = True) -> tuple[dict[str, SkillParse], dict[str, str]]:
     """Greedy skills for every trajectory without env_error.
 
     Returns ``(parses, prompts)`` keyed by traj_id; ``prompts`` holds x_tau (the SFT input).
@@ -38,7 +37,7 @@ def analyze_trajectories(model, tokenizer, trajectories: Sequence[Trajectory], *
         chunk = todo[start:start + batch_size]
         ids = [encode_prompt(prompts[t.traj_id])[-max_prompt_tokens:] for t in chunk]
         res = generate(model, tokenizer, ids, params=params, max_new_tokens=max_new_tokens,
-                       temperature=0.0, prompt_buckets=prompt_buckets)
+                       temperature=0.0)
         for t, text in zip(chunk, res.texts):
             parses[t.traj_id] = parse_skill(text)
         bar.update(len(chunk))
