@@ -24,6 +24,7 @@ import os
 import re
 from typing import Any, Callable, Iterable
 
+from seed_jax.jsonl import iter_records, write_records
 from seed_jax.lenient_json import json_objects
 from seed_jax.rollout.trajectory import Trajectory
 
@@ -320,14 +321,10 @@ class SkillRecord:
 
 
 def write_skill_records(path: str | os.PathLike, records: Iterable[SkillRecord]) -> int:
-    n = 0
-    with open(path, "w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(rec.to_json() + "\n")
-            n += 1
-    return n
+    """One `SkillRecord` per line (UTF-8); returns the number written. Overwrites `path`."""
+    return write_records(path, records)
 
 
 def read_skill_records(path: str | os.PathLike) -> list[SkillRecord]:
-    with open(path, encoding="utf-8") as f:
-        return [SkillRecord.from_json(line) for line in f if line.strip()]
+    """The records of a file written by `write_skill_records` (blank lines skipped)."""
+    return list(iter_records(path, SkillRecord.from_json, "skill"))

@@ -308,6 +308,10 @@ def test_skill_record_round_trip(tmp_path):
     assert read_skill_records(path) == [rec, rec]
     with pytest.raises(ValueError, match="no valid skill"):
         SkillRecord.from_parse(traj, prompt, parse_skill("nope"))
+    path.write_text(rec.to_json() + "\n\n" + json.dumps({"prompt": "p", "answer": "a"}) + "\n",
+                    encoding="utf-8")
+    with pytest.raises(ValueError, match=r"sft.jsonl:3: not a skill record: .*lacks field"):
+        read_skill_records(path)
 
 
 def test_fixed_texts_are_the_sentences_prompts_use():

@@ -16,7 +16,7 @@ from seed_jax.pipeline.validate import needs_skill_bank
 from seed_jax.rollout.analyzer import analyze_trajectories
 from seed_jax.rollout.batch import left_pad, right_pad, round_up
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
-from seed_jax.rollout.trajectory import read_jsonl, write_jsonl
+from seed_jax.rollout.trajectory import read_trajectories, write_trajectories
 from seed_jax.skills import SkillRecord, annotate, build_analyzer_prompt, read_skill_records, write_skill_records
 
 log = logging.getLogger("seed_jax")
@@ -45,7 +45,7 @@ def collect(run: Run) -> dict:
     with make_pool(c, run.bench) as pool:
         trajs = run_rollouts(pool, model, tok, tasks, settings, seed=c.seed, tag="s1/",
                              encode_prompt=make_prompt_encoder(tok))
-    write_jsonl(run.path("stage1", "trajectories.jsonl"), trajs)
+    write_trajectories(run.path("stage1", "trajectories.jsonl"), trajs)
     summary = rollout_summary(trajs)
     run.metrics.write(0, summary, prefix="stage1")
     return summary
@@ -55,7 +55,7 @@ def annotate_stage(run: Run) -> dict:
     c = run.config
     if not needs_skill_bank(c):
         return {"skipped": f"method {c.method} needs no stage-1 data"}
-    trajs = [t for t in read_jsonl(run.path("stage1", "trajectories.jsonl")) if not t.env_error and t.steps]
+    trajs = [t for t in read_trajectories(run.path("stage1", "trajectories.jsonl")) if not t.env_error and t.steps]
     thr = run.bench.spec.success_threshold
     kind = c.stage1.analyzer
     if kind == "self":
