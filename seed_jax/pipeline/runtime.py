@@ -10,7 +10,7 @@ import jax
 from seed_jax.models import Model, ModelConfig, load_model, load_tokenizer, save_model
 from seed_jax.models.decoder import init_params
 from seed_jax.rollout.loop import RolloutSettings
-from seed_jax.rollout.pool import EnvPool
+from seed_jax.rollout.pool import open_env_pool
 from seed_jax.train.config import TrainConfig
 
 
@@ -85,8 +85,8 @@ def rollout_settings(config, bench, **overrides) -> RolloutSettings:
 
 
 def make_pool(config, bench):
-    return EnvPool(bench.factory, num_workers=config.env.num_workers,
-                   step_timeout_s=config.env.step_timeout_s, seed=config.seed)
+    return open_env_pool(bench.factory, num_workers=config.env.num_workers,
+                         step_timeout_s=config.env.step_timeout_s, seed=config.seed)
 
 
 def config_to_dict(config) -> dict:
