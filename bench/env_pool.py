@@ -82,10 +82,11 @@ def rollout_figures(tasks_n, group):
     from seed_jax.models import load_model, load_tokenizer
     from seed_jax.rollout.loop import RolloutSettings, run_rollouts
     from seed_jax.rollout.pool import EnvFactory, open_env_pool
+    from seed_jax.sampling import SamplingParams
 
     model, tok = load_model(None), load_tokenizer(None)
     settings = RolloutSettings(group_size=group, max_steps=SEARCH_SPEC.max_steps, max_prompt_tokens=1024,
-                               max_response_tokens=128, invalid_penalty=SEARCH_SPEC.invalid_penalty,
+                               sampling=SamplingParams(max_new_tokens=128), invalid_penalty=SEARCH_SPEC.invalid_penalty,
                                success_threshold=1.0, stop_strings=("</search>", "</answer>"))
     tasks = load_default_tasks(limit=tasks_n)
     with open_env_pool(EnvFactory(make_search_env, seed_kwarg=None), num_workers=0) as pool:
