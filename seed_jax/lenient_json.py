@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["LenientJSONError", "json_objects", "read_lenient"]
@@ -94,48 +94,54 @@ class _Reader:
                 return val, i + len(word)
         raise LenientJSONError(f"unexpected {c!r}")
 
-    def obj(self, i: int, depth: int) -> tuple[dict, int]:
-        out: dict[str, Any] = {}
+    def at(self, i: int) -> str:
+        """The character at ``i``, '' past the end."""
+        return self.s[i] if i < len(self.s) else ""
+
+    def items(self, i: int, depth: int, close: str, item: Callable[[int, int], int]) -> int:
+        """Comma-separated items after the opening bracket at ``i`` (trailing comma allowed),
+        each read by ``item(index, depth + 1) -> end``; returns the index past ``close``."""
         i += 1
         while True:
             i = self.ws(i)
-            if i < len(self.s) and self.s[i] == "}":
-                return out, i + 1
-            if i < len(self.s) and self.s[i] in _CLOSERS:
-                key, i = self.string(i)
+            if self.at(i) == close:
+                return i + 1
+            i = self.ws(item(i, depth + 1))
+            if self.at(i) == ",":
+                i += 1
+            elif self.at(i) == close:
+                return i + 1
             else:
-                m = _BARE_KEY.match(self.s, i)
+                raise LenientJSONError(f"expected ',' or '{close}'")
+
+    def obj(self, i: int, depth: int) -> tuple[dict, int]:
+        out: dict[str, Any] = {}
+
+        def member(j: int, d: int) -> int:
+            if self.at(j) in _CLOSERS:
+                key, j = self.string(j)
+            else:
+                m = _BARE_KEY.match(self.s, j)
                 if not m:
                     raise LenientJSONError("expected a key")
-                key, i = m.group(0), m.end()
-            i = self.ws(i)
-            if i >= len(self.s) or self.s[i] != ":":
+                key, j = m.group(0), m.end()
+            j = self.ws(j)
+            if self.at(j) != ":":
                 raise LenientJSONError("expected ':'")
-            out[key], i = self.value(i + 1, depth + 1)
-            i = self.ws(i)
-            if i < len(self.s) and self.s[i] == ",":
-                i += 1
-            elif i < len(self.s) and self.s[i] == "}":
-                return out, i + 1
-            else:
-                raise LenientJSONError("expected ',' or '}'")
+            out[key], j = self.value(j + 1, d)
+            return j
+
+        return out, self.items(i, depth, "}", member)
 
     def arr(self, i: int, depth: int) -> tuple[list, int]:
         out: list[Any] = []
-        i += 1
-        while True:
-            i = self.ws(i)
-            if i < len(self.s) and self.s[i] == "]":
-                return out, i + 1
-            val, i = self.value(i, depth + 1)
+
+        def element(j: int, d: int) -> int:
+            val, j = self.value(j, d)
             out.append(val)
-            i = self.ws(i)
-            if i < len(self.s) and self.s[i] == ",":
-                i += 1
-            elif i < len(self.s) and self.s[i] == "]":
-                return out, i + 1
-            else:
-                raise LenientJSONError("expected ',' or ']'")
+            return j
+
+        return out, self.items(i, depth, "]", element)
 
     def string(self, i: int) -> tuple[str, int]:
         closers = _CLOSERS[self.s[i]]
