@@ -58,16 +58,16 @@ def drive(backend, tasks, responses, steps):
 
 
 def pool_table(name, setup, episodes, steps, workers):
-    from seed_jax.rollout.pool import EnvPool
+    from seed_jax.rollout.pool import open_env_pool
 
     factory, tasks, responses = setup(episodes)
     rows = []
-    with EnvPool(factory, num_workers=0) as b:
+    with open_env_pool(factory, num_workers=0) as b:
         n, dt, tr = drive(b, tasks, responses, steps)
     base = n / dt
     rows.append(("in-process", n / dt, tr, 1.0))
     for w in workers:
-        with EnvPool(factory, num_workers=w, step_timeout_s=300) as b:
+        with open_env_pool(factory, num_workers=w, step_timeout_s=300) as b:
             drive(b, tasks[:w], responses, 1)  # start workers, import engines
             n, dt, tr = drive(b, tasks, responses, steps)
         rows.append((f"{w} worker(s)", n / dt, tr, (n / dt) / base))
@@ -81,14 +81,15 @@ def rollout_figures(tasks_n, group):
     from envs.search import SEARCH_SPEC, load_default_tasks, make_search_env
     from seed_jax.models import load_model, load_tokenizer
     from seed_jax.rollout.loop import RolloutSettings, run_rollouts
-    from seed_jax.rollout.pool import EnvFactory, EnvPool
+    from seed_jax.rollout.pool import EnvFactory, open_env_pool
+    from seed_jax.sampling import SamplingParams
 
     model, tok = load_model(None), load_tokenizer(None)
     settings = RolloutSettings(group_size=group, max_steps=SEARCH_SPEC.max_steps, max_prompt_tokens=1024,
-                               max_response_tokens=128, invalid_penalty=SEARCH_SPEC.invalid_penalty,
+                               sampling=SamplingParams(max_new_tokens=128), invalid_penalty=SEARCH_SPEC.invalid_penalty,
                                success_threshold=1.0, stop_strings=("</search>", "</answer>"))
     tasks = load_default_tasks(limit=tasks_n)
-    with EnvPool(EnvFactory(make_search_env, seed_kwarg=None), num_workers=0) as pool:
+    with open_env_pool(EnvFactory(make_search_env, seed_kwarg=None), num_workers=0) as pool:
         run_rollouts(pool, model, tok, tasks[:1], settings, progress=False)  # compile
         t0 = time.perf_counter()
         trajs = run_rollouts(pool, model, tok, tasks, settings, progress=False)

@@ -26,17 +26,42 @@ import abc
 import dataclasses
 from typing import Any
 
+WIN_REWARD = 10.0  # reward of the winning step in the 10 x won environments
 
-@dataclasses.dataclass(frozen=True)
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class EnvSpec:
-    """Agent-facing constants of one benchmark (spec section 5)."""
+    """Agent-facing constants of one benchmark (spec section 5).
+
+    The defaults are those of the 10 x won environments (ALFWorld, WebShop, household): one
+    ``<action>`` block per response, 0.1 charged for an invalid one, success iff the episode
+    earned `WIN_REWARD`. Checked on construction: max_steps >= 1, history_window >= 0,
+    invalid_penalty >= 0.
+    """
 
     name: str
-    action_kinds: tuple[str, ...]  # tag names accepted as the action block, e.g. ("action",)
-    invalid_penalty: float
+    action_kinds: tuple[str, ...] = ("action",)  # tag names accepted as the action block
+    invalid_penalty: float = 0.1
     max_steps: int
     history_window: int
-    success_threshold: float  # reward >= threshold counts as success
+    success_threshold: float = WIN_REWARD  # reward >= threshold counts as success
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or self.history_window < 0 or self.invalid_penalty < 0:
+            raise ValueError(f"need max_steps >= 1, history_window >= 0, invalid_penalty >= 0; got {self}")
+
+    def with_overrides(self, max_steps: int | None = None, history_window: int | None = None,
+                       invalid_penalty: float | None = None) -> EnvSpec:
+        """This spec with the given fields replaced (None keeps the spec's value): the
+        environments' constructor arguments."""
+        changes: dict[str, Any] = {}
+        if max_steps is not None:
+            changes["max_steps"] = int(max_steps)
+        if history_window is not None:
+            changes["history_window"] = int(history_window)
+        if invalid_penalty is not None:
+            changes["invalid_penalty"] = float(invalid_penalty)
+        return dataclasses.replace(self, **changes)
 
 
 @dataclasses.dataclass

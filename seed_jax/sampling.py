@@ -40,7 +40,11 @@ DEFAULT_PROMPT_BUCKETS = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024
 
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
-    """Static decode settings (hashable: part of the compiled program's key)."""
+    """Static decode settings (hashable: part of the compiled program's key).
+
+    The field names are `generate`'s keyword arguments:
+    ``generate(model, tok, prompts, **dataclasses.asdict(sp))`` decodes with ``sp``.
+    """
 
     max_new_tokens: int = 128
     temperature: float = 1.0

@@ -13,6 +13,7 @@ external chat API through `annotate`).
 - `insert_skill(prompt_text, skill)` -> H(h, s): a titled block inserted after the task line.
 - `REPAIR_PROMPT`, `annotate(...)`: up to 2 repair turns for an external annotator.
 - `SkillRecord`: one stage-1 SFT example (analyzer prompt -> canonical JSON answer).
+- `FIXED_TEXTS`: the fixed sentences written into prompts (for tokenizer vocabularies).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import os
 import re
 from typing import Any, Callable, Iterable
 
+from seed_jax.jsonl import iter_records, write_records
+from seed_jax.lenient_json import json_objects
 from seed_jax.rollout.trajectory import Trajectory
 
 MIN_SKILL_WORDS = 5
@@ -67,6 +70,13 @@ _INSTRUCTION = {
         "generally enough to reuse in a new episode of the same kind."
     ),
 }
+
+FIXED_TEXTS: tuple[str, ...] = (SKILL_HEADING, SKILL_SENTENCE, REPAIR_PROMPT, _OBS_OMITTED,
+                                _RESP_OMITTED, *_INSTRUCTION.values())
+"""The fixed sentences this module writes into prompts besides the prompt layout itself (the
+skill block's heading and sentence, the repair prompt, the budget placeholders, the two
+instructions), e.g. for the corpus of a closed-vocabulary tokenizer. The layout's own words
+are covered by building a prompt (`build_analyzer_prompt`, `skill_block`)."""
 
 
 def _header(traj: Trajectory, outcome: str) -> str:
@@ -149,7 +159,7 @@ def build_analyzer_prompt(traj: Trajectory, success_threshold: float | None = No
 
 
 # ----------------------------------------------------------------------------------------------
-# tolerant JSON parsing
+# tolerant parsing of the answer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,159 +168,6 @@ class SkillParse:
     skill: str
     ok: bool
     reason: str = ""  # why not ok ('' when ok)
-
-
-class _Fail(Exception):
-    pass
-
-
-_CLOSERS = {'"': '"', "'": "'", "\u201c": "\u201d\u201c", "\u201d": "\u201d",
-            "\u2018": "\u2019", "\u2019": "\u2019", "\u201e": "\u201c\u201d"}
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\",
-            '"': '"', "'": "'"}
-# \xHH, \uHHHH (JSON and Python) and \UHHHHHHHH (Python repr of non-BMP characters)
-_HEX_ESCAPE_WIDTH = {"x": 2, "u": 4, "U": 8}
-_HEX = re.compile(r"[0-9a-fA-F]+")
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
-_BARE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
-_LITERALS = {"true": True, "false": False, "null": None, "True": True, "False": False,
-             "None": None}
-_MAX_DEPTH = 40
-
-
-class _Lenient:
-    """Recursive-descent reader of JSON-like text. Beyond JSON it accepts: strings quoted with
-    ' or smart quotes, trailing commas, bare keys, raw newlines in strings, Python literals.
-    A quote character closes a string only when the next non-space character is one of
-    , : } ] or the end of the text (so apostrophes and stray quotes stay inside strings)."""
-
-    def __init__(self, text: str) -> None:
-        self.s = text
-
-    def ws(self, i: int) -> int:
-        while i < len(self.s) and self.s[i].isspace():
-            i += 1
-        return i
-
-    def value(self, i: int, depth: int) -> tuple[Any, int]:
-        if depth > _MAX_DEPTH:
-            raise _Fail("too deep")
-        i = self.ws(i)
-        if i >= len(self.s):
-            raise _Fail("end of text")
-        c = self.s[i]
-        if c == "{":
-            return self.obj(i, depth)
-        if c == "[":
-            return self.arr(i, depth)
-        if c in _CLOSERS:
-            return self.string(i)
-        m = _NUMBER.match(self.s, i)
-        if m:
-            txt = m.group(0)
-            return (float(txt) if any(ch in txt for ch in ".eE") else int(txt)), m.end()
-        for word, val in _LITERALS.items():
-            if self.s.startswith(word, i):
-                return val, i + len(word)
-        raise _Fail(f"unexpected {c!r}")
-
-    def obj(self, i: int, depth: int) -> tuple[dict, int]:
-        out: dict[str, Any] = {}
-        i += 1
-        while True:
-            i = self.ws(i)
-            if i < len(self.s) and self.s[i] == "}":
-                return out, i + 1
-            if i < len(self.s) and self.s[i] in _CLOSERS:
-                key, i = self.string(i)
-            else:
-                m = _BARE_KEY.match(self.s, i)
-                if not m:
-                    raise _Fail("expected a key")
-                key, i = m.group(0), m.end()
-            i = self.ws(i)
-            if i >= len(self.s) or self.s[i] != ":":
-                raise _Fail("expected ':'")
-            out[key], i = self.value(i + 1, depth + 1)
-            i = self.ws(i)
-            if i < len(self.s) and self.s[i] == ",":
-                i += 1
-            elif i < len(self.s) and self.s[i] == "}":
-                return out, i + 1
-            else:
-                raise _Fail("expected ',' or '}'")
-
-    def arr(self, i: int, depth: int) -> tuple[list, int]:
-        out: list[Any] = []
-        i += 1
-        while True:
-            i = self.ws(i)
-            if i < len(self.s) and self.s[i] == "]":
-                return out, i + 1
-            val, i = self.value(i, depth + 1)
-            out.append(val)
-            i = self.ws(i)
-            if i < len(self.s) and self.s[i] == ",":
-                i += 1
-            elif i < len(self.s) and self.s[i] == "]":
-                return out, i + 1
-            else:
-                raise _Fail("expected ',' or ']'")
-
-    def string(self, i: int) -> tuple[str, int]:
-        closers = _CLOSERS[self.s[i]]
-        i += 1
-        buf: list[str] = []
-        while i < len(self.s):
-            c = self.s[i]
-            if c == "\\" and i + 1 < len(self.s):
-                nxt = self.s[i + 1]
-                width = _HEX_ESCAPE_WIDTH.get(nxt, 0)
-                digits = self.s[i + 2 : i + 2 + width]
-                if width and len(digits) == width and _HEX.fullmatch(digits) \
-                        and int(digits, 16) <= 0x10FFFF:
-                    buf.append(chr(int(digits, 16)))
-                    i += 2 + width
-                    continue
-                buf.append(_ESCAPES.get(nxt, nxt))
-                i += 2
-                continue
-            if c in closers:
-                j = self.ws(i + 1)
-                if j >= len(self.s) or self.s[j] in ",:}]":
-                    text = "".join(buf)
-                    # join \\uD8xx\\uDCxx escape pairs into one character
-                    text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-                    return text, i + 1
-            buf.append(c)
-            i += 1
-        raise _Fail("unterminated string")
-
-
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON|json5)?[ \t]*\n?(.*?)```", re.DOTALL)
-_MAX_ATTEMPTS = 64
-
-
-def _objects(text: str) -> Iterable[dict]:
-    """Dicts found in `text`: inside ```json fences first, then from each '{' in order.
-    Strict json first, the lenient reader as fallback."""
-    regions = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    attempts = 0
-    decoder = json.JSONDecoder()
-    for region in regions:
-        for m in re.finditer(r"\{", region):
-            attempts += 1
-            if attempts > _MAX_ATTEMPTS:
-                return
-            try:
-                obj, _ = decoder.raw_decode(region, m.start())
-            except (ValueError, RecursionError):
-                try:
-                    obj, _ = _Lenient(region).value(m.start(), 0)
-                except (_Fail, ValueError, OverflowError, RecursionError):
-                    continue
-            if isinstance(obj, dict):
-                yield obj
 
 
 def _judge(obj: dict) -> SkillParse:
@@ -330,19 +187,20 @@ def _judge(obj: dict) -> SkillParse:
 def parse_skill(text: Any) -> SkillParse:
     """Read the analyzer's JSON answer; never raises.
 
-    Candidates, in order: objects inside ```json fences, then objects starting at each '{' of
-    the text (nested ones included). Each is read with `json` and, failing that, with a
-    lenient reader (single or smart quotes, trailing commas, bare keys). The first candidate
-    with string fields ``episode_summary`` and ``episode_skill`` whose skill has >= 5 words
-    wins (fields stripped). Otherwise ok=False with the reason of the first candidate that
-    had both fields, else of the first object, else 'no JSON object'.
+    Candidates: the objects of `seed_jax.lenient_json.json_objects` (inside ```json fences
+    first, then starting at each '{' of the text, nested ones included; each read with `json`
+    and, failing that, leniently: single or smart quotes, trailing commas, bare keys, Python
+    literals and escapes). The first candidate with string fields ``episode_summary`` and
+    ``episode_skill`` whose skill has >= 5 words wins (fields stripped). Otherwise ok=False
+    with the reason of the first candidate that had both fields, else of the first object,
+    else 'no JSON object'.
     """
     if not isinstance(text, str):
         return SkillParse("", "", False, f"answer is {type(text).__name__}, not text")
     first_failure: SkillParse | None = None
     first_with_fields: SkillParse | None = None
     try:
-        for obj in _objects(text):
+        for obj in json_objects(text):
             res = _judge(obj)
             if res.ok:
                 return res
@@ -463,14 +321,10 @@ class SkillRecord:
 
 
 def write_skill_records(path: str | os.PathLike, records: Iterable[SkillRecord]) -> int:
-    n = 0
-    with open(path, "w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(rec.to_json() + "\n")
-            n += 1
-    return n
+    """One `SkillRecord` per line (UTF-8); returns the number written. Overwrites `path`."""
+    return write_records(path, records)
 
 
 def read_skill_records(path: str | os.PathLike) -> list[SkillRecord]:
-    with open(path, encoding="utf-8") as f:
-        return [SkillRecord.from_json(line) for line in f if line.strip()]
+    """The records of a file written by `write_skill_records` (blank lines skipped)."""
+    return list(iter_records(path, SkillRecord.from_json, "skill"))

@@ -27,9 +27,10 @@ from envs.alfworld import (
     make_alfworld_env,
     resolve_data_dir,
 )
-from envs.alfworld.prompt import build_alfworld_prompt
-from envs.alfworld.text import extract_task, strip_banner, without_task_line
+from envs.alfworld.prompt import ALFWORLD_PROMPT
+from envs.alfworld.text import extract_task, strip_banner
 from envs.base import StepRecord
+from envs.prompt import without_task_line
 
 DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "alfworld").resolve()
 if not (DATA / "json_2.1.1").is_dir():
@@ -158,7 +159,7 @@ def test_banner_and_task_helpers():
 def test_prompt_template_exact_text():
     history = [StepRecord("obs A\n\nYour task is to: do x.", "go to a 1"), StepRecord("obs B", "look"),
                StepRecord("obs C", "go to c 1")]
-    text = build_alfworld_prompt("do x.", history, "obs D", ["go to a 1", "look"], history_window=2)
+    text = ALFWORLD_PROMPT.build("do x.", history, "obs D", ["go to a 1", "look"], history_window=2)
     expected = (
         "You are an expert agent operating in the ALFRED Embodied Environment.\n"
         "Your task is to: do x.\n"
@@ -176,7 +177,7 @@ def test_prompt_template_exact_text():
         "present it within <action> </action> tags."
     )
     assert text == expected
-    first = build_alfworld_prompt("do x.", [], "obs A\n\nYour task is to: do x.", ["look"], history_window=5)
+    first = ALFWORLD_PROMPT.build("do x.", [], "obs A\n\nYour task is to: do x.", ["look"], history_window=5)
     assert "Prior to this step" not in first
     assert [ln for ln in first.splitlines() if "Your task is to" in ln] == ["Your task is to: do x."]
     assert "You are now at step 1 and your current observation is: obs A\n" in first

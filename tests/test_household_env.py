@@ -264,6 +264,11 @@ def test_spec_defaults():
     assert HOUSEHOLD_SPEC.action_kinds == ("action",) and HOUSEHOLD_SPEC.success_threshold == 10.0
     env = HouseholdEnv(max_steps=15, history_window=5)
     assert env.spec.max_steps == 15 and env.spec.history_window == 5
+    assert HouseholdEnv(invalid_penalty=0.5).spec.invalid_penalty == 0.5
+    assert HouseholdEnv(max_steps=None).spec == HOUSEHOLD_SPEC
+    for bad in ({"max_steps": 0}, {"history_window": -1}, {"invalid_penalty": -0.1}):
+        with pytest.raises(ValueError, match="need max_steps >= 1"):
+            HouseholdEnv(**bad)
 
 
 # ------------------------------------------------------------------ prompt

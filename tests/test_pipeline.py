@@ -29,7 +29,7 @@ def _config(env: str, preset: str = "tiny"):
 def test_tiny_pipeline_runs_every_stage(env, tmp_path):
     from seed_jax.launch import run_pipeline
     from seed_jax.metrics import MetricsWriter
-    from seed_jax.rollout.trajectory import read_jsonl
+    from seed_jax.rollout.trajectory import read_trajectories
     from seed_jax.skills import parse_skill, read_skill_records
 
     config = _config(env)
@@ -38,7 +38,7 @@ def test_tiny_pipeline_runs_every_stage(env, tmp_path):
     assert set(out) == {"collect", "annotate", "sft", "rl", "eval"}
     for stage in out:
         assert json.loads((tmp_path / "stages" / f"{stage}.json").read_text())["wall_s"] >= 0
-    trajs = read_jsonl(tmp_path / "stage1" / "trajectories.jsonl")
+    trajs = read_trajectories(tmp_path / "stage1" / "trajectories.jsonl")
     assert len(trajs) == config.stage1.num_tasks * config.stage1.group_size
     recs = read_skill_records(tmp_path / "stage1" / "sft.jsonl")
     assert recs and all(parse_skill(r.answer).ok for r in recs)

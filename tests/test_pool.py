@@ -16,7 +16,7 @@ import time
 import pytest
 
 from _pool_envs import CounterEnv
-from seed_jax.rollout.pool import EnvFactory, EnvPool, InProcessBackend, ProcessPoolBackend
+from seed_jax.rollout.pool import EnvFactory, InProcessBackend, ProcessPoolBackend, open_env_pool
 
 SEED = 1234
 STEP_TIMEOUT = 3.0
@@ -84,7 +84,8 @@ def fresh_reference(slots, pool_seed=SEED) -> dict:
 
 @pytest.fixture(scope="module")
 def pool2():
-    pool = EnvPool(EnvFactory(CounterEnv), num_workers=2, step_timeout_s=STEP_TIMEOUT, seed=SEED)
+    pool = open_env_pool(EnvFactory(CounterEnv), num_workers=2, step_timeout_s=STEP_TIMEOUT,
+                         seed=SEED)
     assert isinstance(pool, ProcessPoolBackend)
     yield pool
     pool.close()
@@ -92,7 +93,7 @@ def pool2():
 
 def test_in_process_matches_direct_loop_and_is_deterministic():
     tasks = tasks_for(range(5))
-    with EnvPool(EnvFactory(CounterEnv), num_workers=0, seed=SEED) as pool:
+    with open_env_pool(EnvFactory(CounterEnv), num_workers=0, seed=SEED) as pool:
         assert isinstance(pool, InProcessBackend)
         first = pool_run(pool, tasks)
         second = pool_run(pool, tasks)  # second episode on the same env objects
@@ -100,9 +101,9 @@ def test_in_process_matches_direct_loop_and_is_deterministic():
     assert first == reference_run(envs, tasks)
     assert second == reference_run(envs, tasks)
     assert first != second  # the env RNG advanced
-    with EnvPool(EnvFactory(CounterEnv), seed=SEED) as again:
+    with open_env_pool(EnvFactory(CounterEnv), seed=SEED) as again:
         assert pool_run(again, tasks) == first
-    with EnvPool(EnvFactory(CounterEnv), seed=SEED + 1) as other:
+    with open_env_pool(EnvFactory(CounterEnv), seed=SEED + 1) as other:
         assert pool_run(other, tasks) != first
     # every slot got a different seed, as the formula says
     assert [first[s][0][4] for s in range(5)] == [ref_seed(SEED, s) for s in range(5)]
@@ -116,10 +117,15 @@ def test_step_without_live_episode_is_an_error():
             pool.reset({-1: {"target": 1}})
 
 
+def test_worker_options_need_workers():
+    with pytest.raises(ValueError, match=r"options \['reset_timeout_s'\] need num_workers >= 1"):
+        open_env_pool(EnvFactory(CounterEnv), num_workers=0, reset_timeout_s=5.0)
+
+
 def test_one_worker_matches_direct_loop():
     tasks = tasks_for(range(3))
-    with EnvPool(EnvFactory(CounterEnv), num_workers=1, step_timeout_s=STEP_TIMEOUT,
-                 seed=SEED) as pool:
+    with open_env_pool(EnvFactory(CounterEnv), num_workers=1, step_timeout_s=STEP_TIMEOUT,
+                       seed=SEED) as pool:
         got = pool_run(pool, tasks)
         pids = {r.info["pid"] for r in pool.reset(tasks).values()}
     assert got == reference_run(fresh_reference(range(3)), tasks)

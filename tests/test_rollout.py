@@ -11,7 +11,8 @@ from seed_jax.models.decoder import init_params
 from seed_jax.rollout.analyzer import analyze_trajectories
 from seed_jax.rollout.batch import build_batch
 from seed_jax.rollout.loop import RolloutSettings, make_prompt_encoder, run_rollouts
-from seed_jax.rollout.pool import EnvFactory, EnvPool
+from seed_jax.rollout.pool import EnvFactory, open_env_pool
+from seed_jax.sampling import SamplingParams
 from seed_jax.skills import insert_skill
 from tests.conftest import SHARED_DATA
 
@@ -51,11 +52,11 @@ ENVS = {"search": _search, "alfworld": _alfworld, "webshop": _webshop}
 @pytest.mark.parametrize("name", sorted(ENVS))
 def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
     factory, tasks, spec, stops = ENVS[name]()
-    settings = RolloutSettings(group_size=2, max_steps=2, max_prompt_tokens=1024, max_response_tokens=12,
-                               invalid_penalty=spec.invalid_penalty, success_threshold=spec.success_threshold,
+    settings = RolloutSettings(group_size=2, max_steps=2, max_prompt_tokens=1024,
+                               sampling=SamplingParams(max_new_tokens=12), invalid_penalty=spec.invalid_penalty, success_threshold=spec.success_threshold,
                                stop_strings=stops)
     encode = make_prompt_encoder(smol_tokenizer)
-    with EnvPool(factory, num_workers=0, seed=0) as pool:
+    with open_env_pool(factory, num_workers=0, seed=0) as pool:
         trajs = run_rollouts(pool, tiny_policy, smol_tokenizer, tasks, settings, seed=1, tag="u0/",
                              encode_prompt=encode, progress=False)
     assert len(trajs) == len(tasks) * 2

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,3 +96,11 @@ def test_bad_sampling_settings_are_rejected():
         SamplingParams(top_p=0.0)
     with pytest.raises(ValueError, match="temperature"):
         SamplingParams(temperature=-1)
+
+
+def test_sampling_params_fields_are_generate_keywords():
+    """`RolloutSettings.sampling` reaches `generate` as ``**dataclasses.asdict(sampling)``."""
+    keywords = inspect.signature(generate).parameters
+    for f in dataclasses.fields(SamplingParams):
+        assert keywords[f.name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert keywords[f.name].default == f.default

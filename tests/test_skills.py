@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.skills import (
+    FIXED_TEXTS,
     REPAIR_PROMPT,
+    SKILL_HEADING,
     SkillParse,
     SkillRecord,
     annotate,
@@ -306,3 +308,16 @@ def test_skill_record_round_trip(tmp_path):
     assert read_skill_records(path) == [rec, rec]
     with pytest.raises(ValueError, match="no valid skill"):
         SkillRecord.from_parse(traj, prompt, parse_skill("nope"))
+    path.write_text(rec.to_json() + "\n\n" + json.dumps({"prompt": "p", "answer": "a"}) + "\n",
+                    encoding="utf-8")
+    with pytest.raises(ValueError, match=r"sft.jsonl:3: not a skill record: .*lacks field"):
+        read_skill_records(path)
+
+
+def test_fixed_texts_are_the_sentences_prompts_use():
+    traj = make_traj(won=False, n_steps=2, obs_len=400)
+    prompt = build_analyzer_prompt(traj, max_chars=200)
+    shown = [t for t in FIXED_TEXTS if t in prompt]
+    assert "[observation omitted to save space]" in shown and any(t.startswith("The agent FAILED") for t in shown)
+    assert SKILL_HEADING in FIXED_TEXTS and REPAIR_PROMPT in FIXED_TEXTS
+    assert all(isinstance(t, str) and t.strip() for t in FIXED_TEXTS)

@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from seed_jax.rollout.trajectory import StepSample, Trajectory, read_jsonl, write_jsonl
+from seed_jax.rollout.trajectory import (
+    StepSample,
+    Trajectory,
+    read_trajectories,
+    write_trajectories,
+)
 
 
 def _traj(k: int) -> Trajectory:
@@ -26,8 +31,8 @@ def _traj(k: int) -> Trajectory:
 def test_round_trip_and_scores(tmp_path):
     trajs = [_traj(0), _traj(1)]
     path = tmp_path / "t.jsonl"
-    assert write_jsonl(path, trajs) == 2
-    assert read_jsonl(path) == trajs
+    assert write_trajectories(path, trajs) == 2
+    assert read_trajectories(path) == trajs
     line = path.read_text(encoding="utf-8").splitlines()[0]
     assert json.loads(line)["steps"][0]["raw_observation"] == "obs 中"
     t = trajs[0]
@@ -46,4 +51,4 @@ def test_bad_records_fail_clearly(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text(_traj(0).to_json() + "\n\n{not json\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad.jsonl:3"):
-        read_jsonl(path)
+        read_trajectories(path)

@@ -17,7 +17,6 @@ valid) and ``done_reason`` ('won', 'max_steps' or '').
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,11 @@ from typing import Any
 from envs.actions import parse_action
 from envs.alfworld.engine import EngineState, GameEngine
 from envs.alfworld.games import DATA_ENV_VAR, task_type_of
-from envs.alfworld.prompt import build_alfworld_prompt
+from envs.alfworld.prompt import ALFWORLD_PROMPT
 from envs.alfworld.text import extract_task, strip_banner
-from envs.base import EnvSpec, Environment, StepRecord
+from envs.base import WIN_REWARD, EnvSpec, Environment, StepRecord
 
-ALFWORLD_SPEC = EnvSpec(
-    name="alfworld",
-    action_kinds=("action",),
-    invalid_penalty=0.1,
-    max_steps=30,
-    history_window=5,
-    success_threshold=10.0,
-)
-WIN_REWARD = 10.0
+ALFWORLD_SPEC = EnvSpec(name="alfworld", max_steps=30, history_window=5)
 INVALID_ACTION_TEXT = "(invalid response, no action taken)"
 
 
@@ -58,14 +49,7 @@ class AlfWorldEnv(Environment):
         max_steps: int | None = None,
         history_window: int | None = None,
     ):
-        overrides = {}
-        if max_steps is not None:
-            overrides["max_steps"] = int(max_steps)
-        if history_window is not None:
-            overrides["history_window"] = int(history_window)
-        self.spec = dataclasses.replace(ALFWORLD_SPEC, **overrides)
-        if self.spec.max_steps < 1 or self.spec.history_window < 0:
-            raise ValueError(f"need max_steps >= 1 and history_window >= 0, got {self.spec}")
+        self.spec = ALFWORLD_SPEC.with_overrides(max_steps=max_steps, history_window=history_window)
         self._data_dir = data_dir
         self._engine: GameEngine | None = None
         self._task: dict | None = None
@@ -167,7 +151,7 @@ class AlfWorldEnv(Environment):
     def build_prompt(self) -> str:
         if self._task is None:
             raise RuntimeError("AlfWorldEnv.build_prompt called before reset")
-        return build_alfworld_prompt(
+        return ALFWORLD_PROMPT.build(
             self._task_description, self._history, self._observation, self._admissible, self.spec.history_window
         )
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from envs.prompt import TASK_PREFIX
+
 BANNER = "-= Welcome to TextWorld, ALFRED! =-"
-TASK_PREFIX = "Your task is to:"
 
 
 def strip_banner(text: str) -> str:
@@ -29,8 +30,3 @@ def extract_task(observation: str) -> str:
                 return task
     raise ValueError(f"no '{TASK_PREFIX} ...' line in observation {observation[:200]!r}")
 
-
-def without_task_line(observation: str) -> str:
-    """The observation with its 'Your task is to: ...' line(s) removed (the prompt states the task once)."""
-    lines = [line for line in observation.splitlines() if not line.strip().startswith(TASK_PREFIX)]
-    return "\n".join(lines).strip()

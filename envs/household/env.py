@@ -21,26 +21,18 @@ the step). Reset adds ``expert_plan``: one optimal plan from the initial state.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from envs.actions import parse_action
-from envs.base import EnvSpec, Environment, StepRecord
+from envs.base import WIN_REWARD, EnvSpec, Environment, StepRecord
+from envs.prompt import TASK_PREFIX
 from envs.household.expert import ExpertCache, ExpertResult
-from envs.household.prompt import TASK_PREFIX, build_household_prompt
+from envs.household.prompt import HOUSEHOLD_PROMPT
 from envs.household.tasks import load_task
 from envs.household.world import (NOTHING_HAPPENS, Layout, WorldState, admissible_commands, goal_reached,
                                   room_description, transitions)
 
-HOUSEHOLD_SPEC = EnvSpec(
-    name="household",
-    action_kinds=("action",),
-    invalid_penalty=0.1,
-    max_steps=12,
-    history_window=2,
-    success_threshold=10.0,
-)
-WIN_REWARD = 10.0
+HOUSEHOLD_SPEC = EnvSpec(name="household", max_steps=12, history_window=2)
 INVALID_ACTION_TEXT = "(invalid response)"
 
 
@@ -55,16 +47,8 @@ class HouseholdEnv(Environment):
     def __init__(self, max_steps: int | None = None, history_window: int | None = None,
                  invalid_penalty: float | None = None, seed: int | None = None):
         """`seed` is accepted for `EnvFactory` and unused: episodes are fully set by the task dict."""
-        overrides: dict[str, Any] = {}
-        if max_steps is not None:
-            overrides["max_steps"] = int(max_steps)
-        if history_window is not None:
-            overrides["history_window"] = int(history_window)
-        if invalid_penalty is not None:
-            overrides["invalid_penalty"] = float(invalid_penalty)
-        self.spec = dataclasses.replace(HOUSEHOLD_SPEC, **overrides)
-        if self.spec.max_steps < 1 or self.spec.history_window < 0 or self.spec.invalid_penalty < 0:
-            raise ValueError(f"need max_steps >= 1, history_window >= 0, invalid_penalty >= 0; got {self.spec}")
+        self.spec = HOUSEHOLD_SPEC.with_overrides(max_steps=max_steps, history_window=history_window,
+                                                  invalid_penalty=invalid_penalty)
         self._task: dict | None = None
         self._layout: Layout | None = None
         self._state: WorldState | None = None
@@ -176,7 +160,7 @@ class HouseholdEnv(Environment):
     def build_prompt(self) -> str:
         if self._task is None:
             raise RuntimeError("HouseholdEnv.build_prompt called before reset")
-        return build_household_prompt(self._task["task_description"], self._history, self._observation,
+        return HOUSEHOLD_PROMPT.build(self._task["task_description"], self._history, self._observation,
                                       self.admissible_commands, self.spec.history_window)
 
     @property

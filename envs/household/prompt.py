@@ -1,4 +1,5 @@
-"""The household agent prompt: ALFWorld's layout (verl-agent template) in shorter sentences.
+"""The household agent prompt `HOUSEHOLD_PROMPT`: ALFWorld's layout (verl-agent template,
+`envs.prompt.HistoryPrompt`) in shorter sentences.
 
     You are an expert agent in a household.
     Your task is to: {task}
@@ -16,42 +17,15 @@ which H(h, s) inserts a skill; observations are shown without their own task lin
 
 from __future__ import annotations
 
-from typing import Sequence
+from envs.prompt import HistoryPrompt
 
-from envs.base import StepRecord
-
-TASK_PREFIX = "Your task is to:"
 ROLE_LINE = "You are an expert agent in a household."
 INSTRUCTION = "Think inside <think> </think>, then give one admissible action inside <action> </action>."
+HOUSEHOLD_PROMPT = HistoryPrompt(
+    role_line=ROLE_LINE,
+    history_sentence="Prior to this step, you took {n} step(s). Your last {k} observations and actions:",
+    current_sentence="You are now at step {step}. Observation: {observation}",
+    admissible_sentence="Your admissible actions are: {actions}.",
+    instruction=INSTRUCTION,
+)
 
-
-def without_task_line(observation: str) -> str:
-    """The observation without its 'Your task is to: ...' line(s), stripped."""
-    lines = [line for line in observation.splitlines() if not line.strip().startswith(TASK_PREFIX)]
-    return "\n".join(lines).strip()
-
-
-def format_admissible(commands: Sequence[str]) -> str:
-    """['a', 'b'] -> "['a'\\n 'b']" (verl-agent's rendering, as in the ALFWorld prompt)."""
-    return "[" + "\n ".join(f"'{c}'" for c in commands) + "]"
-
-
-def build_household_prompt(task: str, history: Sequence[StepRecord], observation: str,
-                           admissible_commands: Sequence[str], history_window: int) -> str:
-    """User-message text for the current state; `history` holds every step taken so far."""
-    if "\n" in task:
-        raise ValueError(f"the task sentence must be one line, got {task!r}")
-    steps_taken = len(history)
-    kept = list(history[-history_window:]) if history_window > 0 else []
-    first = steps_taken - len(kept) + 1
-    lines = [ROLE_LINE, f"{TASK_PREFIX} {task}"]
-    if steps_taken:
-        lines.append(f"Prior to this step, you took {steps_taken} step(s). Your last {len(kept)} observations "
-                     "and actions:")
-        for i, rec in enumerate(kept, start=first):
-            lines.append(f"[Observation {i}: '{without_task_line(rec.observation)}', Action {i}: '{rec.action}']")
-    lines.append(f"You are now at step {steps_taken + 1}. Observation: {without_task_line(observation)}")
-    lines.append(f"Your admissible actions are: {format_admissible(admissible_commands)}.")
-    lines.append("")
-    lines.append(INSTRUCTION)
-    return "\n".join(lines)

@@ -13,10 +13,13 @@ import ast
 import functools
 import inspect
 
+from envs import base
+from envs import prompt as layout
 from envs.household import annotator, env, prompt, world
 from envs.household.tasks import EXTRA_POOL, all_combinations
 
-TEXT_MODULES = (world, prompt, env, annotator)
+# the household modules and the shared ones they write text with (prompt layout, spec checks)
+TEXT_MODULES = (world, layout, prompt, base, env, annotator)
 PARSE_REASONS = ("missing", "duplicated", "mixed", "unclosed", "cjk", "empty")
 
 

@@ -21,6 +21,8 @@ import argparse
 import json
 import os
 
+from envs.search.corpus import read_corpus_jsonl
+
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 DEFAULT_CORPUS = "default_corpus.jsonl"
 DEFAULT_TASKS = "default_tasks.jsonl"
@@ -56,7 +58,7 @@ def validate_task(task: dict) -> dict:
 
 def load_searchr1_parquet(path: str, limit: int | None = None) -> list[dict]:
     """Search-R1 parquet rows -> tasks; task_id = ``<data_source>-<id>`` (or row index)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # deferred: heavy, needed only for parquet files
 
     table = pq.read_table(path)
     cols = set(table.column_names)
@@ -159,8 +161,6 @@ def build_default_set(src_dir: str, out_dir: str = DATA_DIR) -> tuple[int, int]:
 
     `src_dir` is ``../shared/data/search_qa``. Returns (num passages, num tasks).
     """
-    from envs.search.corpus import read_corpus_jsonl
-
     docs = hotpotqa_corpus_docs(os.path.join(src_dir, "hipporag", "hotpotqa_train_corpus.json"))
     for d in read_corpus_jsonl(os.path.join(src_dir, "flashrag", "wiki_sample_data.jsonl")):
         docs.append({"id": f"wiki18-{d['id']}", "contents": d["contents"]})

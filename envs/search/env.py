@@ -14,8 +14,6 @@ Episode rules
 
 from __future__ import annotations
 
-import dataclasses
-
 from envs.actions import parse_action
 from envs.base import EnvSpec, Environment, StepRecord
 from envs.search.corpus import format_information
@@ -23,14 +21,8 @@ from envs.search.data import validate_task
 from envs.search.retriever import Retriever
 from envs.search.reward import exact_match
 
-SEARCH_SPEC = EnvSpec(
-    name="search",
-    action_kinds=("search", "answer"),
-    invalid_penalty=0.01,
-    max_steps=4,
-    history_window=4,
-    success_threshold=1.0,
-)
+SEARCH_SPEC = EnvSpec(name="search", action_kinds=("search", "answer"), invalid_penalty=0.01, max_steps=4,
+                      history_window=4, success_threshold=1.0)
 
 _REASONS = {
     "missing": "no <search> or <answer> block was found",
@@ -66,8 +58,7 @@ class SearchEnv(Environment):
             raise ValueError(f"topk must be >= 1, got {topk}")
         self.retriever = retriever
         self.topk = topk
-        changes = {k: v for k, v in (("max_steps", max_steps), ("history_window", history_window)) if v is not None}
-        self.spec = dataclasses.replace(SEARCH_SPEC, **changes)
+        self.spec = SEARCH_SPEC.with_overrides(max_steps=max_steps, history_window=history_window)
         self._task: dict | None = None
         self._history: list[StepRecord] = []
         self._steps = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from envs.search.data import default_corpus_path
 from envs.search.env import SEARCH_SPEC, SearchEnv
 from envs.search.retriever import BM25Retriever, HttpRetriever, Retriever
 
@@ -43,8 +44,6 @@ class RetrieverSpec:
 
 @functools.lru_cache(maxsize=8)
 def _bm25(spec: RetrieverSpec) -> BM25Retriever:
-    from envs.search.data import default_corpus_path
-
     return BM25Retriever(
         spec.corpus_path or default_corpus_path(), k1=spec.k1, b=spec.b, stopwords=spec.stopwords, cache_dir=spec.cache_dir
     )

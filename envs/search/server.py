@@ -18,7 +18,8 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from envs.search.retriever import Retriever
+from envs.search.data import default_corpus_path
+from envs.search.retriever import BM25Retriever, Retriever
 
 MAX_BODY_BYTES = 16 << 20
 MAX_TOPK = 1000
@@ -145,9 +146,6 @@ def start_background_server(
 
 
 def main(argv: list[str] | None = None) -> None:
-    from envs.search.data import default_corpus_path
-    from envs.search.retriever import BM25Retriever
-
     p = argparse.ArgumentParser(description="Search-R1 compatible BM25 retrieval server")
     p.add_argument("--corpus", default=None, help='{"id","contents"} jsonl (default: the vendored corpus)')
     p.add_argument("--port", type=int, default=8000)

@@ -36,16 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from envs.actions import parse_action
-from envs.base import EnvSpec, Environment, StepRecord
+from envs.base import WIN_REWARD, EnvSpec, Environment, StepRecord
+from envs.prompt import history_line, recent_steps
 from envs.webshop.catalog import (Catalog, CatalogError, Goal, build_catalog, clean_products,
                                   load_attributes, load_products)
 from envs.webshop.engine import DONE, SEP, WebShopEngine, build_index
 from envs.webshop.generate import generate_products
 from envs.webshop.search import BM25Index
 
-WEBSHOP_SPEC = EnvSpec(name="webshop", action_kinds=("action",), invalid_penalty=0.1,
-                       max_steps=15, history_window=2, success_threshold=10.0)
-SUCCESS_REWARD = 10.0
+WEBSHOP_SPEC = EnvSpec(name="webshop", max_steps=15, history_window=2)
+SUCCESS_REWARD = WIN_REWARD
 SPLITS: dict[str, tuple[int, int | None]] = {
     "test": (0, 500), "eval": (500, 1500), "train": (1500, None), "all": (0, None)}
 ATTRIBUTES_FILE = "items_ins_v2_1000.json"
@@ -262,10 +262,8 @@ class WebShopEnv(Environment):
         actions = "\n".join(f"'{a}'," for a in self.available_actions())
         text = PROMPT_HEAD.format(task=task)
         if self.history and self.history_window > 0:
-            recent = self.history[-self.history_window:]
-            start = len(self.history) - len(recent)
-            lines = "\n".join(f"[Observation {start + j + 1}: '{h.observation}', Action {start + j + 1}: "
-                              f"'{h.action}']" for j, h in enumerate(recent))
+            recent = recent_steps(self.history, self.history_window)
+            lines = "\n".join(history_line(i, h.observation, h.action) for i, h in recent)
             text += PROMPT_HISTORY.format(n=len(self.history), k=len(recent), history=lines,
                                           cur=len(self.history) + 1, obs=obs)
         else:

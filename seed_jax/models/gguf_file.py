@@ -31,7 +31,7 @@ _ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qw
 
 
 def _reader(path: Path):
-    import gguf
+    import gguf  # deferred: needed only for .gguf files
 
     if not path.exists():
         raise FileNotFoundError(f"GGUF file not found: {path}")
@@ -86,7 +86,7 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 def iter_gguf_tensors(reader, hf_cfg: dict) -> Iterator[tuple[str, np.ndarray]]:
     """Dequantised ``(hf_name, [out, in] float32)`` pairs."""
-    from gguf import quants
+    from gguf import quants  # deferred: needed only for .gguf files
 
     permute = hf_cfg["model_type"] == "llama"
     for t in reader.tensors:

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from seed_jax.models import decoder
 from seed_jax.models.config import ModelConfig
+from seed_jax.models.gguf_file import read_gguf
 from seed_jax.models.weights import (WeightLoadError, assemble_params, export_tensors,
                                      iter_safetensors, safetensors_files, save_safetensors)
 
@@ -57,7 +59,8 @@ class Model:
         return _forward(self.params, self.config, input_ids, attention_mask, jnp.asarray(position_ids))
 
 
-def _resolve(path) -> Path:
+def resolve_model_path(path) -> Path:
+    """``path`` as a `Path` (``~`` expanded; it must exist), or the embedded model for None."""
     if path is None:
         return embedded_model_path()
     path = Path(path).expanduser()
@@ -73,11 +76,9 @@ def load_model(path=None, dtype: str = "float32", param_dtype: str | None = None
     ``path=None`` loads the embedded SmolLM2-135M-Instruct. ``dtype`` is the compute dtype;
     ``param_dtype`` (default: same as ``dtype``) the storage dtype of the parameters.
     """
-    path = _resolve(path)
+    path = resolve_model_path(path)
     overrides = dict(dtype=dtype, param_dtype=param_dtype or dtype, remat=remat)
     if path.is_file() and path.suffix == ".gguf":
-        from seed_jax.models.gguf_file import read_gguf
-
         cfg, tensors, _ = read_gguf(path, **overrides)
         return Model(cfg, assemble_params(cfg, tensors, source=str(path)), str(path))
     if path.is_file():
@@ -96,8 +97,6 @@ def load_model(path=None, dtype: str = "float32", param_dtype: str | None = None
 
 def save_model(model: Model, out_dir, dtype: str | None = None) -> Path:
     """Write ``config.json`` + safetensors that `transformers` loads with the same logits."""
-    import numpy as np
-
     out_dir = Path(out_dir)
     np_dtype = np.float32 if (dtype or model.config.param_dtype) == "float32" else None
     tensors = ((n, a.astype(np.float32) if np_dtype is not None or a.dtype != np.float32 else a)

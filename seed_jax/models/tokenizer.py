@@ -7,17 +7,17 @@ import os
 import shutil
 from pathlib import Path
 
+from seed_jax.models.model import resolve_model_path
+
 
 def load_tokenizer(path=None):
     """A `transformers` tokenizer for a HF directory, a ``.gguf`` file, or (None) the embedded model.
 
     Left padding is set, as batched generation needs; a missing pad token falls back to EOS.
     """
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # deferred: importing it takes seconds
 
-    from seed_jax.models.model import _resolve
-
-    path = _resolve(path)
+    path = resolve_model_path(path)
     if path.is_file() and path.suffix == ".gguf":
         tok = _gguf_tokenizer(path)
     else:
@@ -36,7 +36,7 @@ def _cache_dir() -> Path:
 
 def _gguf_tokenizer(path: Path):
     """Convert a GGUF's tokenizer once, then reuse the converted copy (keyed by file identity)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # deferred: importing it takes seconds
 
     st = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]

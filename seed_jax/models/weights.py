@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import struct
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import jax
 import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
 
 from seed_jax.models.config import ModelConfig, resolve_dtype
+from seed_jax.models.decoder import init_params
 
 
 class WeightLoadError(ValueError):
@@ -65,8 +67,6 @@ def match_rule(name: str) -> tuple[WeightRule, tuple[str, ...], int | None] | No
 
 def param_shapes(cfg: ModelConfig) -> dict:
     """Nested dict of `jax.ShapeDtypeStruct` for the decoder's parameters."""
-    from seed_jax.models.decoder import init_params
-
     return jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
 
 
@@ -200,8 +200,6 @@ def _check_safetensors(path: Path) -> None:
 
 
 def iter_safetensors(files: Iterable[Path]) -> Iterator[tuple[str, np.ndarray]]:
-    from safetensors import safe_open
-
     for path in files:
         _check_safetensors(path)
         with safe_open(str(path), framework="flax") as f:
@@ -227,8 +225,6 @@ def safetensors_files(model_dir: Path) -> list[Path]:
 def save_safetensors(tensors: Iterable[tuple[str, np.ndarray]], out_dir: Path,
                      max_shard_bytes: int = 2 * 1024**3) -> None:
     """Write tensors as one file, or as shards plus ``model.safetensors.index.json``."""
-    from safetensors.numpy import save_file
-
     shards: list[dict] = [{}]
     size = 0
     for name, arr in tensors:

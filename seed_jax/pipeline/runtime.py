@@ -12,7 +12,8 @@ from seed_jax.models import Model, ModelConfig, load_model, load_tokenizer, save
 from seed_jax.models.decoder import init_params
 from seed_jax.pipeline.methods import switches
 from seed_jax.rollout.loop import RolloutSettings
-from seed_jax.rollout.pool import EnvPool
+from seed_jax.rollout.pool import open_env_pool
+from seed_jax.sampling import SamplingParams
 from seed_jax.train.config import ConfigError, TrainConfig
 
 _DERIVED = frozenset({"total_steps", "remat", "compute_dtype", "param_dtype"})  # set by train_config below
@@ -84,18 +85,20 @@ def save_policy(model: Model, tokenizer, out_dir: Path) -> Path:
 
 def rollout_settings(config, bench, **overrides) -> RolloutSettings:
     r = config.rollout
+    sampling = SamplingParams(max_new_tokens=r.max_response_tokens,
+                              temperature=overrides.pop("temperature", r.temperature),
+                              top_p=r.top_p, top_k=r.top_k, chunk=r.chunk)
     kw = dict(group_size=r.group_size, max_steps=min(r.max_steps, bench.spec.max_steps),
-              max_prompt_tokens=r.max_prompt_tokens, max_response_tokens=r.max_response_tokens,
-              temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+              max_prompt_tokens=r.max_prompt_tokens, sampling=sampling,
               invalid_penalty=bench.spec.invalid_penalty, success_threshold=bench.spec.success_threshold,
-              stop_strings=bench.stop_strings, chunk=r.chunk)
+              stop_strings=bench.stop_strings)
     kw.update(overrides)
     return RolloutSettings(**kw)
 
 
 def make_pool(config, bench):
-    return EnvPool(bench.factory, num_workers=config.env.num_workers,
-                   step_timeout_s=config.env.step_timeout_s, seed=config.seed)
+    return open_env_pool(bench.factory, num_workers=config.env.num_workers,
+                         step_timeout_s=config.env.step_timeout_s, seed=config.seed)
 
 
 __all__ = ["train_config", "sft_train_config", "load_policy", "save_policy", "rollout_settings", "make_pool"]

@@ -16,7 +16,7 @@ from seed_jax.pipeline.multihost import host_local_params, to_global
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings, save_policy, sft_train_config
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
-from seed_jax.rollout.trajectory import read_jsonl, write_jsonl
+from seed_jax.rollout.trajectory import read_trajectories, write_trajectories
 from seed_jax.skills import SkillRecord, read_skill_records, write_skill_records
 from seed_jax.train.batch import SftBatch
 from seed_jax.train.logprobs import compute_logprobs
@@ -50,7 +50,7 @@ def collect(run: Run) -> dict:
     with make_pool(c, run.bench) as pool:
         trajs = run_rollouts(pool, model, tok, tasks, settings, seed=c.seed, tag="s1/",
                              encode_prompt=make_prompt_encoder(tok))
-    write_jsonl(run.path("stage1", "trajectories.jsonl"), trajs)
+    write_trajectories(run.path("stage1", "trajectories.jsonl"), trajs)
     summary = rollout_summary(trajs)
     run.metrics.write(0, summary, prefix="stage1")
     return summary
@@ -60,7 +60,7 @@ def annotate_stage(run: Run) -> dict:
     c = run.config
     if not needs_skill_bank(c):
         return {"skipped": f"method {c.method} needs no stage-1 data"}
-    trajs = [t for t in read_jsonl(run.path("stage1", "trajectories.jsonl")) if not t.env_error and t.steps]
+    trajs = [t for t in read_trajectories(run.path("stage1", "trajectories.jsonl")) if not t.env_error and t.steps]
     thr = run.bench.spec.success_threshold
     policy = None
     if c.stage1.analyzer == "self":

@@ -19,35 +19,35 @@ from typing import Callable, Sequence
 from tqdm.auto import tqdm
 
 from seed_jax.metrics import progress_enabled
+from seed_jax.models.tokenizer import apply_chat
 from seed_jax.rollout.pool import EnvBackend
 from seed_jax.rollout.trajectory import StepSample, Trajectory
-from seed_jax.sampling import generate
+from seed_jax.sampling import SamplingParams, generate
+from seed_jax.skills import insert_skill
 
 
 @dataclasses.dataclass(frozen=True)
 class RolloutSettings:
+    """One `run_rollouts` configuration. ``sampling`` is what every turn's `generate` call
+    decodes with (``sampling.max_new_tokens``: the response budget of one turn)."""
+
     group_size: int = 8
     max_steps: int = 30
     max_prompt_tokens: int = 2048
-    max_response_tokens: int = 512
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    sampling: SamplingParams = SamplingParams(max_new_tokens=512)
     invalid_penalty: float = 0.1
     success_threshold: float = 10.0
     stop_strings: tuple[str, ...] = ("</action>",)
     prompt_buckets: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
-    chunk: int = 32
 
     def __post_init__(self):
-        for name in ("group_size", "max_steps", "max_prompt_tokens", "max_response_tokens"):
+        for name in ("group_size", "max_steps", "max_prompt_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
 
 
 def make_prompt_encoder(tokenizer, system_prompt: str | None = None) -> Callable[[str], list[int]]:
     """user text -> token ids of the chat-templated prompt (generation prompt appended)."""
-    from seed_jax.models.tokenizer import apply_chat
 
     def encode(user_text: str) -> list[int]:
         return tokenizer(apply_chat(tokenizer, user_text, system_prompt), add_special_tokens=False)["input_ids"]
@@ -68,7 +68,6 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
     task ``g`` with `seed_jax.skills.insert_skill`; the recorded ``prompt_text`` is then the
     augmented one, since that is what the policy saw.
     """
-    from seed_jax.skills import insert_skill
 
     def shown(slot_prompt: str, g: int) -> str:
         skill = task_skills[g] if task_skills is not None else None
@@ -99,11 +98,9 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
     turn = 0
     while live and turn < settings.max_steps:
         ids = {s: encode_prompt(prompt[s])[-settings.max_prompt_tokens:] for s in live}
-        gen = generate(model, tokenizer, [ids[s] for s in live], params=params,
-                       max_new_tokens=settings.max_response_tokens, temperature=settings.temperature,
-                       top_p=settings.top_p, top_k=settings.top_k, seed=seed + turn,
+        gen = generate(model, tokenizer, [ids[s] for s in live], params=params, seed=seed + turn,
                        stop_strings=settings.stop_strings, prompt_buckets=settings.prompt_buckets,
-                       chunk=settings.chunk)
+                       **dataclasses.asdict(settings.sampling))
         results = backend.step({s: gen.texts[i] for i, s in enumerate(live)})
         still = []
         for i, s in enumerate(live):

@@ -13,7 +13,8 @@ loop never touches an environment object. Payloads are plain data (str / numbers
 dicts): keep tasks, responses and env infos JSON-able so that a remote backend (Ray actors,
 RPC) can implement the same `_run(op, items)` method.
 
-Backends:
+Backends (`open_env_pool(factory, num_workers, ...)` starts the one that fits, as a context
+manager):
 
 - `InProcessBackend`: environments in this process, stepped one after another (tests, 0
   workers). No timeouts (a Python call cannot be interrupted); an env exception still ends
@@ -59,7 +60,7 @@ __all__ = [
     "EnvBackend",
     "InProcessBackend",
     "ProcessPoolBackend",
-    "EnvPool",
+    "open_env_pool",
     "EnvFactory",
     "derive_seed",
 ]
@@ -518,15 +519,17 @@ class ProcessPoolBackend(EnvBackend):
                 worker.conn.close()
 
 
-def EnvPool(  # noqa: N802 - factory named like the class it stands for
+def open_env_pool(
     env_factory: Callable[[int], Any],
     num_workers: int = 0,
     step_timeout_s: float = 60.0,
     seed: int = 0,
     **kwargs: Any,
 ) -> EnvBackend:
-    """`InProcessBackend` when ``num_workers == 0``, else `ProcessPoolBackend` (kwargs:
-    reset_timeout_s, start_timeout_s, start_method)."""
+    """Start a backend: `InProcessBackend` when ``num_workers == 0``, else a
+    `ProcessPoolBackend` (kwargs: reset_timeout_s, start_timeout_s, start_method) whose workers
+    are running on return. Close it with ``close()`` or use it as a context manager:
+    ``with open_env_pool(factory, 4) as pool: ...``."""
     if num_workers == 0:
         if kwargs:
             raise ValueError(f"options {sorted(kwargs)} need num_workers >= 1")

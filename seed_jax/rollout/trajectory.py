@@ -26,6 +26,8 @@ import json
 import os
 from typing import Any, Iterable, Iterator
 
+from seed_jax.jsonl import iter_records, write_records
+
 
 def _require(d: dict, cls: type, name: str) -> None:
     """Raise a clear error when dict `d` lacks a required field of `cls`."""
@@ -139,27 +141,17 @@ class Trajectory:
         return cls.from_dict(json.loads(text))
 
 
-def write_jsonl(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> int:
+def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> int:
     """Write one trajectory per line (UTF-8); returns the number written. Overwrites `path`."""
-    n = 0
-    with open(path, "w", encoding="utf-8") as f:
-        for traj in trajectories:
-            f.write(traj.to_json() + "\n")
-            n += 1
-    return n
+    return write_records(path, trajectories)
 
 
-def iter_jsonl(path: str | os.PathLike) -> Iterator[Trajectory]:
-    """Yield the trajectories of a jsonl file; blank lines are skipped."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield Trajectory.from_json(line)
-            except (ValueError, TypeError, KeyError) as e:
-                raise ValueError(f"{path}:{lineno}: not a trajectory record: {e}") from e
+def iter_trajectories(path: str | os.PathLike) -> Iterator[Trajectory]:
+    """Yield the trajectories of a jsonl file; blank lines are skipped, a line that is not a
+    trajectory raises ValueError naming file and line."""
+    return iter_records(path, Trajectory.from_json, "trajectory")
 
 
-def read_jsonl(path: str | os.PathLike) -> list[Trajectory]:
-    return list(iter_jsonl(path))
+def read_trajectories(path: str | os.PathLike) -> list[Trajectory]:
+    """All trajectories of a jsonl file (see `iter_trajectories`)."""
+    return list(iter_trajectories(path))

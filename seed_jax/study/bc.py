@@ -337,9 +337,9 @@ def evaluate_policy(model, tok, tasks: Sequence[dict], bench, settings, seed: in
     """Success / return / invalid rate of the policy on `tasks` (group size from `settings`)."""
     from seed_jax.pipeline.stage1 import rollout_summary
     from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
-    from seed_jax.rollout.pool import EnvPool
+    from seed_jax.rollout.pool import open_env_pool
 
-    with EnvPool(bench.factory, num_workers=0, seed=seed) as pool:
+    with open_env_pool(bench.factory, num_workers=0, seed=seed) as pool:
         trajs = run_rollouts(pool, model, tok, tasks, settings, params=params, seed=seed,
                              encode_prompt=make_prompt_encoder(tok), tag="s0/", progress=False)
     return rollout_summary(trajs)
