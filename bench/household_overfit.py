@@ -35,7 +35,7 @@ def main(argv=None) -> int:
 
     from configs.household import get_config
     from seed_jax.launch import run_pipeline
-    from seed_jax.study.experiment import arm_config, copy_stage1
+    from experiments.household.experiment import arm_config, copy_stage1
 
     study = Path(args.study)
     if not (study / "base" / "stages" / "sft.json").exists():

@@ -6,7 +6,7 @@ Also usable with the launcher once ``model.path`` points at a stage-0 policy dir
 Presets:
 
 - ``study``: the experiment (stage 0 BC, stage 1 with the scripted analyzer, RL arms of
-  `seed_jax.study.experiment`); about an hour on 2 CPU cores;
+  `experiments.household.experiment`); about an hour on 2 CPU cores;
 - ``ci``: the same study at toy scale, about two minutes;
 - ``tiny``: the smallest settings that still run every stage (tests of the plumbing).
 
@@ -63,7 +63,7 @@ def _study(preset: str) -> ml_collections.ConfigDict:
     s.methods = ("sft_grpo", "seed", "seed_static", "seed_shuffled")
     s.seeds = (0, 1, 2)
     s.lambda_sweep = ()  # extra SEED arms at these lambda_opd values (reported separately)
-    s.probe_tasks = 32  # teacher probe (seed_jax.study.probe) on this many training tasks; 0 = off
+    s.probe_tasks = 32  # teacher probe (experiments.household.probe) on this many training tasks; 0 = off
     return s
 
 

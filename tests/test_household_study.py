@@ -35,7 +35,7 @@ def _household_config(preset="ci"):
 def test_subgoal_text_by_hand():
     from envs.household.tasks import load_task
     from envs.household.world import transitions
-    from seed_jax.study.demos import subgoal_text
+    from experiments.household.demos import subgoal_text
 
     layout, s = load_task(PICK_TASK)
     texts = [subgoal_text(layout, s)]
@@ -51,7 +51,7 @@ def test_subgoal_text_by_hand():
 
 
 def test_noisy_episode_extremes():
-    from seed_jax.study.demos import noisy_episode
+    from experiments.household.demos import noisy_episode
 
     clean = noisy_episode(PICK_TASK, random.Random(0), noise=0.0, invalid=0.0, max_steps=12, history_window=2)
     assert clean.won and [s.action for s in clean.steps] == PICK_PLAN
@@ -72,7 +72,7 @@ def test_noisy_episode_extremes():
 
 
 def test_bc_batches_layout_response_only_and_lm():
-    from seed_jax.study.bc import bc_batches
+    from experiments.household.bc import bc_batches
 
     encoded = [([5, 6, 7], [8, 9]), ([10, 11], [12])]  # (prompt ids, response ids + EOS)
     b = next(bc_batches(encoded, 2, random.Random(0), pad_id=0))
@@ -98,7 +98,7 @@ def test_bc_batches_layout_response_only_and_lm():
 def test_cycled_batches_run_past_an_epoch_and_reject_too_small_buckets():
     import itertools
 
-    from seed_jax.study.bc import cycled_batches
+    from experiments.household.bc import cycled_batches
 
     # 5 examples in one bucket, batches of 2: 2 batches per epoch, one example dropped per epoch
     encoded = [([5, i], [8 + i]) for i in range(5)]
@@ -115,8 +115,8 @@ def test_cycled_batches_run_past_an_epoch_and_reject_too_small_buckets():
 
 def test_hint_examples_insert_the_demo_skill():
     from seed_jax.skills import SKILL_HEADING
-    from seed_jax.study.bc import bc_examples
-    from seed_jax.study.demos import noisy_episode
+    from experiments.household.bc import bc_examples
+    from experiments.household.demos import noisy_episode
 
     demo = noisy_episode(PICK_TASK, random.Random(0), 0.0, 0.0, 12, 2)
     ex = bc_examples([demo], skill_share=1.0)
@@ -153,8 +153,8 @@ def test_household_benchmark_splits():
 def test_scripted_annotator_stage1_records_parse():
     from seed_jax.pipeline.environments import make_benchmark
     from seed_jax.skills import SkillRecord, parse_skill
-    from seed_jax.study.demos import noisy_episode
-    from seed_jax.study.scripted import scripted_annotator
+    from experiments.household.demos import noisy_episode
+    from experiments.household.scripted import scripted_annotator
 
     c = _household_config("ci")
     bench = make_benchmark(c.env)
@@ -186,7 +186,7 @@ def test_scripted_annotator_stage1_records_parse():
 
 
 def test_audit_join_and_summary_hand_made():
-    from seed_jax.study.audit import join_gates, summarize
+    from experiments.household.audit import join_gates, summarize
 
     # by hand: sinkbasin is a detour (x), fridge is the way (ok), an invalid response (x), open (ok)
     actions = {"u0/hand-pick#0": {"task_id": "hand-pick",
@@ -213,8 +213,8 @@ def test_audit_join_and_summary_hand_made():
 
 
 def test_consistency_by_update_hand_made():
-    from seed_jax.study.audit import consistency_by_update, update_of
-    from seed_jax.study.report import consistent_share
+    from experiments.household.audit import consistency_by_update, update_of
+    from experiments.household.report import consistent_share
 
     assert update_of("u12/hand-pick#3") == 12 and update_of("s1/hand-pick#0") is None
     actions = {
@@ -239,7 +239,7 @@ def test_consistency_by_update_hand_made():
 
 
 def test_probe_summary_hand_computed():
-    from seed_jax.study.probe import _summary
+    from experiments.household.probe import _summary
 
     rows = [{"consistent": True, "d_a": np.array([0.0, 0.2]), "d_e": np.array([0.0, 0.2])},
             {"consistent": False, "d_a": np.array([-0.2]), "d_e": np.array([0.1, 0.3])},
@@ -257,9 +257,9 @@ def test_probe_summary_hand_computed():
 
 def test_step_recorder_appends_compact_trajectories(tmp_path):
     from seed_jax.pipeline.rl import UpdateRecord
-    from seed_jax.study.audit import read_step_actions
-    from seed_jax.study.demos import noisy_episode
-    from seed_jax.study.experiment import step_recorder
+    from experiments.household.audit import read_step_actions
+    from experiments.household.demos import noisy_episode
+    from experiments.household.experiment import step_recorder
 
     demo = noisy_episode(PICK_TASK, random.Random(0), 0.3, 0.3, 6, 2)
     record = step_recorder(tmp_path)
@@ -274,7 +274,7 @@ def test_step_recorder_appends_compact_trajectories(tmp_path):
 @pytest.mark.parametrize("preset", ["study", "ci", "tiny"])
 def test_presets_validate(preset):
     from seed_jax.pipeline.validate import validate
-    from seed_jax.study.experiment import arm_config, arms_of
+    from experiments.household.experiment import arm_config, arms_of
 
     c = _household_config(preset)
     validate(c)
@@ -287,7 +287,7 @@ def test_presets_validate(preset):
 
 
 def test_report_mean_std():
-    from seed_jax.study.report import fmt_pct, mean_std
+    from experiments.household.report import fmt_pct, mean_std
 
     m, s, n = mean_std([0.5, 0.25, None, 0.75])
     assert (m, n) == (0.5, 3) and s == pytest.approx(0.25)  # sample std of (.25, .5, .75)
@@ -302,7 +302,7 @@ def test_report_mean_std():
 def test_stage0_bc_beats_a_random_policy(tmp_path):
     """A short stage 0 on an easy household (4 receptacles, no distractor, objects on surfaces)
     succeeds more often than a uniformly random admissible policy on the same tasks."""
-    from seed_jax.study.bc import random_policy_success, run_stage0
+    from experiments.household.bc import random_policy_success, run_stage0
 
     c = _household_config("ci")
     c.env.num_receptacles, c.env.num_distractors, c.env.closed_share = 4, 0, 0.0
@@ -324,7 +324,7 @@ def test_stage0_bc_beats_a_random_policy(tmp_path):
 def test_ci_study_end_to_end(tmp_path):
     """The ci preset of the study (about 2-3 minutes on 2 cores) runs every stage and arm through
     the pipeline; it is the fast-tier guard of `bench/household_study.py`."""
-    from seed_jax.study.experiment import run_study
+    from experiments.household.experiment import run_study
 
     c = _household_config("ci")
     res = run_study(c, tmp_path)

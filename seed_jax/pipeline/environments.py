@@ -85,7 +85,7 @@ def _webshop(env_cfg) -> Benchmark:
 
 def _household(env_cfg) -> Benchmark:
     from envs.household import make_household_env
-    from seed_jax.study.scripted import household_spec, household_splits, scripted_annotator
+    from experiments.household.scripted import household_spec, household_splits, scripted_annotator
 
     spec = household_spec(env_cfg)
     factory = EnvFactory(make_household_env, max_steps=spec.max_steps, history_window=spec.history_window,

@@ -8,7 +8,7 @@ brings that last ability from pre-training; a from-scratch model must be shown i
 the teacher pass of OPD would see an out-of-distribution prompt and the study could not
 test the method at all. So stage 0 clones two kinds of pairs (prompt -> response + EOS):
 
-- *acting*: every step of noisy expert demonstrations (`seed_jax.study.demos`), the
+- *acting*: every step of noisy expert demonstrations (`experiments.household.demos`), the
   ordinary prompt h_t -> the demonstrator's response (detours and invalid responses
   included, so the clone inherits them);
 - *hint reading*: for a share ``skill_share`` of the steps, ``H(h_t, s)`` -> the expert's
@@ -39,7 +39,7 @@ Training (all with `seed_jax.train.sft.make_sft_step`, AdamW):
 3. *acting + analyzer* (``analyzer_steps``, `train_multitask`): acting batches and analyzer
    batches (answer-only loss) alternate, at ``analyzer_lr``.
 
-The thinking text starts with the task sentence (``restate_task``, `seed_jax.study.demos`), so
+The thinking text starts with the task sentence (``restate_task``, `experiments.household.demos`), so
 the long-range copy is one contiguous span and later mentions are short-range copies.
 
 The model is a Llama-type decoder (`seed_jax.models.ModelConfig`, tied embeddings) over the
@@ -63,7 +63,7 @@ import jax
 import numpy as np
 
 from seed_jax.rollout.batch import left_pad, right_pad, round_up
-from seed_jax.study.demos import Demo, noisy_episode, subgoal_texts
+from experiments.household.demos import Demo, noisy_episode, subgoal_texts
 
 log = logging.getLogger("seed_jax")
 
@@ -366,7 +366,7 @@ def random_policy_success(tasks: Sequence[dict], max_steps: int, history_window:
 
 def demo_tasks(bc: BCConfig, env_cfg) -> list[dict]:
     from envs.household import make_tasks
-    from seed_jax.study.scripted import household_task_config
+    from experiments.household.scripted import household_task_config
 
     return make_tasks("seen", bc.num_tasks, seed=bc.task_seed, config=household_task_config(env_cfg))
 

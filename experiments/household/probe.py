@@ -2,7 +2,7 @@
 
 The OPD gate only helps when the teacher twin ``pi(. | H(h, s))`` prefers good actions more
 than the student ``pi(. | h)`` does. The probe measures that directly on fresh noisy expert
-demonstrations (`seed_jax.study.demos.noisy_episode`, so the sampled command at every step is
+demonstrations (`experiments.household.demos.noisy_episode`, so the sampled command at every step is
 known to be expert-consistent or not) for three choices of the skill ``s`` of a demonstration:
 
 - ``own``: the scripted analyzer's skill of that same demonstration (accurate hindsight);
@@ -40,7 +40,7 @@ def _logprobs(model, tok, prompts: Sequence[str], responses: Sequence[str], micr
               max_prompt_tokens: int) -> list[np.ndarray]:
     """Per pair, the token log-probs of ``response + EOS`` after the chat-templated prompt."""
     from seed_jax.rollout.batch import left_pad, right_pad, round_up
-    from seed_jax.study.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
+    from experiments.household.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
     from seed_jax.train.logprobs import compute_logprobs
 
     encoded = encode_examples([(p, r, "") for p, r in zip(prompts, responses)], tok, max_prompt_tokens,
@@ -81,7 +81,7 @@ def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_
     from seed_jax.rollout.analyzer import analyze_trajectories
     from seed_jax.rollout.loop import make_prompt_encoder
     from seed_jax.skills import insert_skill
-    from seed_jax.study.demos import noisy_episode
+    from experiments.household.demos import noisy_episode
 
     rng = random.Random(f"probe:{seed}")
     demos = [noisy_episode(t, rng, noise, 0.0, max_steps, history_window) for t in tasks]
@@ -123,7 +123,7 @@ def probe_checkpoints(config, out, arms: Sequence[str], seeds: Sequence[int]) ->
 
     from seed_jax.pipeline.environments import make_benchmark
     from seed_jax.pipeline.runtime import load_policy
-    from seed_jax.study.report import arm_dir
+    from experiments.household.report import arm_dir
 
     out = Path(out)
     bench = make_benchmark(config.env)

@@ -111,8 +111,8 @@ def arms_of(config) -> list[str]:
 def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds: list[int] | None = None) -> dict:
     """Run (or resume) the whole study; returns the results dict also written to results.json."""
     from seed_jax.launch import run_pipeline
-    from seed_jax.study.bc import run_stage0
-    from seed_jax.study.report import write_report
+    from experiments.household.bc import run_stage0
+    from experiments.household.report import write_report
 
     out = Path(out_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
@@ -158,7 +158,7 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
             save_timings()
     probe_path = out / "probe.json"
     if int(config.study.get("probe_tasks", 0)) > 0 and not probe_path.exists():
-        from seed_jax.study.probe import probe_checkpoints
+        from experiments.household.probe import probe_checkpoints
 
         probe = _timed(timings, "probe", lambda: probe_checkpoints(config, out, arms, seeds))
         probe_path.write_text(json.dumps(probe, indent=1))

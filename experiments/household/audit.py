@@ -9,7 +9,7 @@ Inputs of one RL run directory:
   its tokens with ``g > 0.5``;
 - the sampled commands of every RL trajectory: ``rl/trajectories.jsonl`` (full `Trajectory`
   records) when the RL stage writes it, else ``rl/step_actions.jsonl`` (``{traj_id, task_id,
-  actions}``, written by `seed_jax.study.experiment.step_recorder`).
+  actions}``, written by `experiments.household.experiment.step_recorder`).
 
 A step is *expert-consistent* iff its command is one of the exact expert's optimal commands
 at the state where it was taken (`envs.household.replay`, which re-runs the episode from

@@ -8,7 +8,7 @@ the prompt, every task of the split once) of
   RL stage) and at the final update (``eval/final_<split>.json``, the eval stage).
 
 Across seeds: mean and sample standard deviation (ddof = 1; '-' for one seed), in percent.
-The audit table is `seed_jax.study.audit.summarize` pooled over seeds: every joined
+The audit table is `experiments.household.audit.summarize` pooled over seeds: every joined
 step-sample of the arm's seeds in that window, token-weighted.
 """
 
@@ -80,7 +80,7 @@ def series(records: list[dict], key: str) -> dict[int, float]:
 
 
 def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]) -> dict:
-    from seed_jax.study.audit import audit_run, consistency_by_update, read_step_actions
+    from experiments.household.audit import audit_run, consistency_by_update, read_step_actions
 
     splits = tuple(config.env.eval_splits)
     mid_tag = f"rl_{config.rl.eval_every:06d}" if config.rl.eval_every else None
