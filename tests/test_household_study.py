@@ -3,11 +3,27 @@ stage-1 annotator, the gate audit join, arm configs, and stage 0 (slow) and the 
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 
 import numpy as np
 import pytest
+
+from configs.household import get_config
+from envs.household import household_scripted_answer
+from envs.household.tasks import load_task
+from envs.household.world import transitions
+from experiments.household.audit import consistency_by_update, join_gates, read_step_actions, summarize, update_of
+from experiments.household.bc import bc_batches, bc_examples, cycled_batches, random_policy_success, run_stage0
+from experiments.household.demos import noisy_episode, subgoal_text
+from experiments.household.experiment import arm_config, arms_of, run_study, step_recorder
+from experiments.household.probe import _summary
+from experiments.household.report import consistent_share, fmt_pct, mean_std
+from seed_jax.pipeline.environments import make_benchmark, scripted_annotator
+from seed_jax.pipeline.rl import UpdateRecord
+from seed_jax.pipeline.validate import validate
+from seed_jax.skills import SKILL_HEADING, SkillRecord, parse_skill
 
 # a hand-made pick task: the apple hides in the closed fridge; the target is the countertop
 PICK_TASK = {
@@ -22,8 +38,6 @@ PICK_PLAN = ["go to fridge 1", "open fridge 1", "take apple 1 from fridge 1", "g
 
 
 def _household_config(preset="ci"):
-    from configs.household import get_config
-
     c = get_config(preset)
     c.model.path = "/nonexistent"  # not loaded by these tests
     return c
@@ -33,10 +47,6 @@ def _household_config(preset="ci"):
 
 
 def test_subgoal_text_by_hand():
-    from envs.household.tasks import load_task
-    from envs.household.world import transitions
-    from experiments.household.demos import subgoal_text
-
     layout, s = load_task(PICK_TASK)
     texts = [subgoal_text(layout, s)]
     for cmd in PICK_PLAN[:-1]:
@@ -51,8 +61,6 @@ def test_subgoal_text_by_hand():
 
 
 def test_noisy_episode_extremes():
-    from experiments.household.demos import noisy_episode
-
     clean = noisy_episode(PICK_TASK, random.Random(0), noise=0.0, invalid=0.0, max_steps=12, history_window=2)
     assert clean.won and [s.action for s in clean.steps] == PICK_PLAN
     assert all(s.consistent and s.valid for s in clean.steps)
@@ -72,8 +80,6 @@ def test_noisy_episode_extremes():
 
 
 def test_bc_batches_layout_response_only_and_lm():
-    from experiments.household.bc import bc_batches
-
     encoded = [([5, 6, 7], [8, 9]), ([10, 11], [12])]  # (prompt ids, response ids + EOS)
     b = next(bc_batches(encoded, 2, random.Random(0), pad_id=0))
     # prompts left-padded to the smallest prompt bucket (64), responses right-padded to 16
@@ -96,10 +102,6 @@ def test_bc_batches_layout_response_only_and_lm():
 
 
 def test_cycled_batches_run_past_an_epoch_and_reject_too_small_buckets():
-    import itertools
-
-    from experiments.household.bc import cycled_batches
-
     # 5 examples in one bucket, batches of 2: 2 batches per epoch, one example dropped per epoch
     encoded = [([5, i], [8 + i]) for i in range(5)]
     batches = list(itertools.islice(cycled_batches(encoded, 2, 0, 0.0, "t", "stage0.batch_size"), 6))
@@ -114,10 +116,6 @@ def test_cycled_batches_run_past_an_epoch_and_reject_too_small_buckets():
 
 
 def test_hint_examples_insert_the_demo_skill():
-    from seed_jax.skills import SKILL_HEADING
-    from experiments.household.bc import bc_examples
-    from experiments.household.demos import noisy_episode
-
     demo = noisy_episode(PICK_TASK, random.Random(0), 0.0, 0.0, 12, 2)
     ex = bc_examples([demo], skill_share=1.0)
     acts = [e for e in ex if e[2] == "act"]
@@ -134,8 +132,6 @@ def test_hint_examples_insert_the_demo_skill():
 
 
 def test_household_benchmark_splits():
-    from seed_jax.pipeline.environments import make_benchmark
-
     c = _household_config("ci")
     bench = make_benchmark(c.env)
     train, seen, unseen = (bench.tasks(s) for s in ("train", "seen", "unseen"))
@@ -151,11 +147,6 @@ def test_household_benchmark_splits():
 
 
 def test_scripted_annotator_stage1_records_parse():
-    from seed_jax.pipeline.environments import make_benchmark
-    from seed_jax.skills import SkillRecord, parse_skill
-    from experiments.household.demos import noisy_episode
-    from experiments.household.scripted import scripted_annotator
-
     c = _household_config("ci")
     bench = make_benchmark(c.env)
     tasks = bench.tasks("train")[:6]
@@ -175,19 +166,28 @@ def test_scripted_annotator_stage1_records_parse():
         assert p.skill.startswith("To put a" if t.won else "Avoid")
     # hand-made success: the hand-written workflow (module docstring of envs.household.annotator)
     demo = noisy_episode(PICK_TASK, random.Random(0), 0.0, 0.0, 12, 2)
-    ann = scripted_annotator(lambda split: [PICK_TASK] if split == "train" else [], 10.0, 4000)
-    parses, _ = ann([demo.to_trajectory("x")])
+    answer = household_scripted_answer(lambda split: [PICK_TASK] if split == "train" else [])
+    parses, _ = scripted_annotator(answer, 10.0, 4000)([demo.to_trajectory("x")])
     assert parses["x"].skill == ("To put a apple in countertop: find the apple (here it was inside the closed "
                                  "fridge 1, so go there and open it first), take it, then go to countertop 1 "
                                  "and put it there.")
+    # a trajectory of a task the benchmark does not know is refused, naming the trajectory
+    stranger = noisy_episode({**PICK_TASK, "task_id": "elsewhere"}, random.Random(0), 0.0, 0.0, 12, 2)
+    with pytest.raises(ValueError, match=r"trajectory y has unknown task id 'elsewhere'"):
+        answer(stranger.to_trajectory("y"))
+
+
+def test_benchmarks_without_expert_analysis_have_no_scripted_annotator():
+    c = _household_config("ci")
+    c.env.name = "webshop"
+    bench = make_benchmark(c.env)
+    assert bench.scripted_answer is None and bench.scripted_annotator is None
 
 
 # ------------------------------------------------------------------ audit join
 
 
 def test_audit_join_and_summary_hand_made():
-    from experiments.household.audit import join_gates, summarize
-
     # by hand: sinkbasin is a detour (x), fridge is the way (ok), an invalid response (x), open (ok)
     actions = {"u0/hand-pick#0": {"task_id": "hand-pick",
                                   "actions": ["go to sinkbasin 1", "go to fridge 1", "", "open fridge 1"]}}
@@ -213,9 +213,6 @@ def test_audit_join_and_summary_hand_made():
 
 
 def test_consistency_by_update_hand_made():
-    from experiments.household.audit import consistency_by_update, update_of
-    from experiments.household.report import consistent_share
-
     assert update_of("u12/hand-pick#3") == 12 and update_of("s1/hand-pick#0") is None
     actions = {
         # update 0: detour, way, invalid, open -> 2 of 4 optimal
@@ -239,8 +236,6 @@ def test_consistency_by_update_hand_made():
 
 
 def test_probe_summary_hand_computed():
-    from experiments.household.probe import _summary
-
     rows = [{"consistent": True, "d_a": np.array([0.0, 0.2]), "d_e": np.array([0.0, 0.2])},
             {"consistent": False, "d_a": np.array([-0.2]), "d_e": np.array([0.1, 0.3])},
             {"consistent": False, "d_a": np.array([0.0, -0.4]), "d_e": np.array([-0.1])}]
@@ -256,11 +251,6 @@ def test_probe_summary_hand_computed():
 
 
 def test_step_recorder_appends_compact_trajectories(tmp_path):
-    from seed_jax.pipeline.rl import UpdateRecord
-    from experiments.household.audit import read_step_actions
-    from experiments.household.demos import noisy_episode
-    from experiments.household.experiment import step_recorder
-
     demo = noisy_episode(PICK_TASK, random.Random(0), 0.3, 0.3, 6, 2)
     record = step_recorder(tmp_path)
     record(UpdateRecord(3, [demo.to_trajectory("u3/hand-pick#1")], {}, {}, {}, {}))
@@ -273,9 +263,6 @@ def test_step_recorder_appends_compact_trajectories(tmp_path):
 
 @pytest.mark.parametrize("preset", ["study", "ci", "tiny"])
 def test_presets_validate(preset):
-    from seed_jax.pipeline.validate import validate
-    from experiments.household.experiment import arm_config, arms_of
-
     c = _household_config(preset)
     validate(c)
     assert c.stage1.analyzer == "scripted" and c.analysis.analyzer == "self"
@@ -287,8 +274,6 @@ def test_presets_validate(preset):
 
 
 def test_report_mean_std():
-    from experiments.household.report import fmt_pct, mean_std
-
     m, s, n = mean_std([0.5, 0.25, None, 0.75])
     assert (m, n) == (0.5, 3) and s == pytest.approx(0.25)  # sample std of (.25, .5, .75)
     assert fmt_pct(m, s) == "50.0 ± 25.0" and fmt_pct(None, None) == "-"
@@ -302,8 +287,6 @@ def test_report_mean_std():
 def test_stage0_bc_beats_a_random_policy(tmp_path):
     """A short stage 0 on an easy household (4 receptacles, no distractor, objects on surfaces)
     succeeds more often than a uniformly random admissible policy on the same tasks."""
-    from experiments.household.bc import random_policy_success, run_stage0
-
     c = _household_config("ci")
     c.env.num_receptacles, c.env.num_distractors, c.env.closed_share = 4, 0, 0.0
     c.env.max_steps = c.rollout.max_steps = 10
@@ -312,8 +295,6 @@ def test_stage0_bc_beats_a_random_policy(tmp_path):
                     invalid=0.0, nothing=0.0)
     s = run_stage0(c, tmp_path / "policy")
     assert (tmp_path / "policy" / "config.json").exists() and (tmp_path / "policy" / "tokenizer.json").exists()
-    from seed_jax.pipeline.environments import make_benchmark
-
     bench = make_benchmark(c.env)
     rand = random_policy_success(bench.tasks("seen")[:16], 10, c.env.history_window, episodes=8)
     assert s["random_policy_success"] <= rand + 0.1
@@ -324,8 +305,6 @@ def test_stage0_bc_beats_a_random_policy(tmp_path):
 def test_ci_study_end_to_end(tmp_path):
     """The ci preset of the study (about 2-3 minutes on 2 cores) runs every stage and arm through
     the pipeline; it is the fast-tier guard of `bench/household_study.py`."""
-    from experiments.household.experiment import run_study
-
     c = _household_config("ci")
     res = run_study(c, tmp_path)
     md = (tmp_path / "results.md").read_text()

@@ -62,8 +62,9 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from seed_jax.rollout.batch import left_pad, right_pad, round_up
+from envs.household import household_task_config, make_tasks
 from experiments.household.demos import Demo, noisy_episode, subgoal_texts
+from seed_jax.rollout.batch import left_pad, right_pad, round_up
 
 log = logging.getLogger("seed_jax")
 
@@ -365,9 +366,6 @@ def random_policy_success(tasks: Sequence[dict], max_steps: int, history_window:
 
 
 def demo_tasks(bc: BCConfig, env_cfg) -> list[dict]:
-    from envs.household import make_tasks
-    from experiments.household.scripted import household_task_config
-
     return make_tasks("seen", bc.num_tasks, seed=bc.task_seed, config=household_task_config(env_cfg))
 
 

@@ -2,7 +2,8 @@
 
 One `Benchmark` per environment name binds the env's spec (penalty, step limit, success
 threshold), the stop strings of its action tags, a picklable env factory for the worker pool,
-and a task loader per split. Only this file knows the env packages' constructors.
+a task loader per split and, where the env has one, its scripted expert analysis of a
+trajectory. Only this file knows the env packages' constructors.
 """
 
 from __future__ import annotations
@@ -12,8 +13,17 @@ import random
 from pathlib import Path
 from typing import Callable
 
+from envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
 from envs.base import EnvSpec
+from envs.household import household_scripted_answer, household_spec, household_splits, make_household_env
+from envs.search import SEARCH_SPEC, load_default_tasks, load_tasks, make_search_env
+from envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
 from seed_jax.rollout.pool import EnvFactory
+from seed_jax.rollout.trajectory import Trajectory
+from seed_jax.skills import SkillParse, build_analyzer_prompt, parse_skill
+
+ScriptedAnswer = Callable[[Trajectory], str]
+ScriptedAnnotator = Callable[[list[Trajectory]], tuple[dict[str, SkillParse], dict[str, str]]]
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -28,7 +38,10 @@ class Benchmark:
     load_split: Callable[[str], list[dict]]  # split name -> all its task dicts
     train_split: str
     eval_splits: tuple[str, ...]
-    scripted_annotator: object = None  # trajs -> (parses, prompts) for stage1.analyzer = 'scripted'
+    # the JSON text of the env's expert analysis of one trajectory (None: the env has none)
+    scripted_answer: ScriptedAnswer | None = None
+    # trajs -> (parses, prompts) for stage1.analyzer = 'scripted' (`scripted_annotator`)
+    scripted_annotator: ScriptedAnnotator | None = None
 
     def tasks(self, split: str, limit: int | None = None, seed: int = 0) -> list[dict]:
         """Tasks of a split; ``limit`` takes a seeded random subset (stable order)."""
@@ -41,9 +54,19 @@ class Benchmark:
         return tasks
 
 
-def _search(env_cfg) -> Benchmark:
-    from envs.search import SEARCH_SPEC, load_default_tasks, load_tasks, make_search_env
+def scripted_annotator(answer: ScriptedAnswer, success_threshold: float, max_chars: int) -> ScriptedAnnotator:
+    """``annotate(trajs) -> (parses, prompts)`` keyed by traj_id: x_tau of each trajectory
+    (`build_analyzer_prompt` at ``max_chars`` characters) and the parse of ``answer(traj)``."""
 
+    def annotate(trajs):
+        prompts = {t.traj_id: build_analyzer_prompt(t, success_threshold, max_chars=max_chars) for t in trajs}
+        parses = {t.traj_id: parse_skill(answer(t)) for t in trajs}
+        return parses, prompts
+
+    return annotate
+
+
+def _search(env_cfg) -> Benchmark:
     retriever = {"kind": env_cfg.retriever, "corpus_path": env_cfg.get("corpus") or None,
                  "url": env_cfg.get("retriever_url") or None}
     retriever = {k: v for k, v in retriever.items() if v is not None}
@@ -66,8 +89,6 @@ def _search(env_cfg) -> Benchmark:
 
 
 def _alfworld(env_cfg) -> Benchmark:
-    from envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
-
     data_dir = env_cfg.get("data_dir") or str(SHARED_DATA / "alfworld")
     factory = EnvFactory(make_alfworld_env, data_dir=data_dir, seed_kwarg=None)
     return Benchmark("alfworld", ALFWORLD_SPEC, ("</action>",), factory,
@@ -75,8 +96,6 @@ def _alfworld(env_cfg) -> Benchmark:
 
 
 def _webshop(env_cfg) -> Benchmark:
-    from envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
-
     kw = {k: env_cfg.get(k) for k in ("catalog_path", "goals_path") if env_cfg.get(k)}
     factory = EnvFactory(make_webshop_env, seed_kwarg=None, **kw)
     return Benchmark("webshop", WEBSHOP_SPEC, ("</action>",), factory,
@@ -84,17 +103,19 @@ def _webshop(env_cfg) -> Benchmark:
 
 
 def _household(env_cfg) -> Benchmark:
-    from envs.household import make_household_env
-    from experiments.household.scripted import household_spec, household_splits, scripted_annotator
-
+    """Splits and settings from `envs.household.splits`; the scripted stage-1 analyzer answers
+    with the expert's analysis (``env.skill_plan``: with the shortest plan) and builds x_tau at
+    ``env.analyzer_max_chars`` characters, the budget of the policy's own analysis in stage 2
+    (3 x ``analysis.max_prompt_tokens``)."""
     spec = household_spec(env_cfg)
     factory = EnvFactory(make_household_env, max_steps=spec.max_steps, history_window=spec.history_window,
                          seed_kwarg=None)
     load = household_splits(env_cfg)
-    annotator = scripted_annotator(load, spec.success_threshold, int(env_cfg.get("analyzer_max_chars", 3072)),
-                                   bool(env_cfg.get("skill_plan", False)))
+    answer = household_scripted_answer(load, bool(env_cfg.get("skill_plan", False)))
+    annotator = scripted_annotator(answer, spec.success_threshold, int(env_cfg.get("analyzer_max_chars", 3072)))
     return Benchmark("household", spec, ("</action>",), factory, load, "train",
-                     tuple(env_cfg.get("eval_splits", ("seen", "unseen"))), scripted_annotator=annotator)
+                     tuple(env_cfg.get("eval_splits", ("seen", "unseen"))), scripted_answer=answer,
+                     scripted_annotator=annotator)
 
 
 BENCHMARKS: dict[str, Callable] = {"search": _search, "alfworld": _alfworld, "webshop": _webshop,
