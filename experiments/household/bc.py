@@ -43,7 +43,7 @@ The thinking text starts with the task sentence (``restate_task``, `experiments.
 the long-range copy is one contiguous span and later mentions are short-range copies.
 
 The model is a Llama-type decoder (`seed_jax.models.ModelConfig`, tied embeddings) over the
-word tokenizer (`seed_jax.models.word_tokenizer.build_household_tokenizer`); it is saved as a
+word tokenizer (`experiments.household.tokenizer.build_household_tokenizer`); it is saved as a
 Hugging Face directory with `seed_jax.pipeline.runtime.save_policy`, so ``config.model.path``
 can point at it and the pipeline loads it with `load_policy`.
 """
@@ -64,6 +64,7 @@ import numpy as np
 
 from envs.household import household_task_config, make_tasks
 from experiments.household.demos import Demo, noisy_episode, subgoal_texts
+from experiments.household.tokenizer import build_household_tokenizer
 from seed_jax.rollout.batch import left_pad, right_pad, round_up
 
 log = logging.getLogger("seed_jax")
@@ -111,8 +112,6 @@ class BCConfig:
 
 def build_tokenizer():
     """The study's word tokenizer: household env + annotator + analyzer prompt + subgoal words."""
-    from seed_jax.models.word_tokenizer import build_household_tokenizer
-
     return build_household_tokenizer(extra_texts=subgoal_texts())
 
 
