@@ -256,6 +256,14 @@ def test_step_recorder_appends_compact_trajectories(tmp_path):
     record(UpdateRecord(3, [demo.to_trajectory("u3/hand-pick#1")], {}, {}, {}, {}))
     got = read_step_actions(tmp_path)
     assert got == {"u3/hand-pick#1": {"task_id": "hand-pick", "actions": [s.action for s in demo.steps]}}
+    # a run killed mid-write leaves a torn last line; the resumed run's recorder drops it and appends
+    path = tmp_path / "rl" / "step_actions.jsonl"
+    path.write_text(path.read_text() + '{"traj_id": "u4/hand-pick#0", "task_')
+    with pytest.warns(UserWarning, match="torn last line"):
+        resumed = step_recorder(tmp_path)
+    resumed(UpdateRecord(4, [demo.to_trajectory("u4/hand-pick#2")], {}, {}, {}, {}))
+    assert sorted(read_step_actions(tmp_path)) == ["u3/hand-pick#1", "u4/hand-pick#2"]
+    assert read_step_actions(tmp_path / "nothing") == {}
 
 
 # ------------------------------------------------------------------ configs and arms

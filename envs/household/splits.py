@@ -52,7 +52,7 @@ def household_splits(env_cfg: Mapping[str, Any]) -> Callable[[str], list[dict]]:
     n_eval = int(env_cfg.get("num_eval_tasks", 64))
     train_seed, eval_seed = int(env_cfg.get("train_seed", 0)), int(env_cfg.get("eval_seed", 1))
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def load(split: str) -> tuple[dict, ...]:
         if split == "train":
             return tuple(make_tasks("seen", n_train, train_seed, hc))

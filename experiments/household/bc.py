@@ -62,10 +62,23 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from envs.household import household_task_config, make_tasks
+from envs.household import HouseholdEnv, annotate_json, household_task_config, make_tasks
 from experiments.household.demos import Demo, noisy_episode, subgoal_texts
 from experiments.household.tokenizer import build_household_tokenizer
+from seed_jax.metrics import StageProgress
+from seed_jax.models import Model, ModelConfig, load_model
+from seed_jax.models.decoder import init_params
+from seed_jax.pipeline.environments import make_benchmark
+from seed_jax.pipeline.runtime import rollout_settings, save_policy
+from seed_jax.pipeline.stage1 import rollout_summary
 from seed_jax.rollout.batch import left_pad, right_pad, round_up
+from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
+from seed_jax.rollout.pool import EnvPool
+from seed_jax.skills import build_analyzer_prompt, insert_skill
+from seed_jax.train.config import TrainConfig
+from seed_jax.train.mesh import make_mesh
+from seed_jax.train.sft import make_sft_step
+from seed_jax.train.state import create_sharded_state
 
 log = logging.getLogger("seed_jax")
 
@@ -117,8 +130,6 @@ def build_tokenizer():
 
 def model_config(tok, bc: BCConfig, max_positions: int = 4096):
     """A Llama-type decoder over the tokenizer's vocabulary, tied embeddings."""
-    from seed_jax.models import ModelConfig
-
     h = bc.hidden
     if h % bc.heads:
         raise ValueError(f"stage0.hidden ({h}) must be a multiple of stage0.heads ({bc.heads})")
@@ -139,8 +150,6 @@ def bc_examples(demos: Sequence[Demo], skill_share: float, seed: int = 0,
                 include_plan: bool = False) -> list[tuple[str, str, str]]:
     """(prompt text, response text, kind) pairs: every step as 'act', plus 'hint' pairs
     (H(h_t, skill of the demo) -> expert response) for a seeded share of the steps."""
-    from seed_jax.skills import insert_skill
-
     rng = random.Random(f"hints:{seed}")
     out = []
     for d in demos:
@@ -155,8 +164,6 @@ def bc_examples(demos: Sequence[Demo], skill_share: float, seed: int = 0,
 
 def encode_examples(examples, tok, max_prompt_tokens: int, max_response_tokens: int):
     """[(prompt ids (chat-templated, left-truncated), response ids + EOS)]."""
-    from seed_jax.rollout.loop import make_prompt_encoder
-
     encode = make_prompt_encoder(tok)
     out = []
     for prompt, response, _ in examples:
@@ -248,10 +255,6 @@ def copy_batch(rng: np.random.Generator, vocab_size: int, batch: int = 32, lengt
 def sft_trainer(params, model_cfg, mesh, seed: int, **train):
     """``(state, step)``: AdamW state and the project's SFT step (`seed_jax.train.sft`) for one
     stage-0 phase; ``train`` holds the phase's `TrainConfig` fields (lr, schedule, ...)."""
-    from seed_jax.train.config import TrainConfig
-    from seed_jax.train.sft import make_sft_step
-    from seed_jax.train.state import create_sharded_state
-
     tc = TrainConfig(weight_decay=0.01, grad_clip=1.0, c_ent=0.0, c_kl=0.0, lambda_opd=0.0, **train)
     return create_sharded_state(params, tc, mesh, rng=seed), make_sft_step(model_cfg, tc, mesh)
 
@@ -302,9 +305,6 @@ def analyzer_examples(demos: Sequence[Demo], max_chars: int, success_threshold: 
                       include_plan: bool = False) -> list[tuple[str, str, str]]:
     """(x_tau, scripted JSON answer, 'analyze') per demonstration: the stage-1 record format
     (`seed_jax.skills.build_analyzer_prompt`, `envs.household.annotate_json`)."""
-    from envs.household import annotate_json
-    from seed_jax.skills import build_analyzer_prompt
-
     return [(build_analyzer_prompt(d.to_trajectory(f"demo#{i}"), success_threshold, max_chars=max_chars),
              annotate_json(d.record(), include_plan), "analyze") for i, d in enumerate(demos)]
 
@@ -335,10 +335,6 @@ def train_multitask(params, model_cfg, act_encoded, ana_encoded, bc: BCConfig, m
 
 def evaluate_policy(model, tok, tasks: Sequence[dict], bench, settings, seed: int = 0, params=None) -> dict:
     """Success / return / invalid rate of the policy on `tasks` (group size from `settings`)."""
-    from seed_jax.pipeline.stage1 import rollout_summary
-    from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
-    from seed_jax.rollout.pool import EnvPool
-
     with EnvPool(bench.factory, num_workers=0, seed=seed) as pool:
         trajs = run_rollouts(pool, model, tok, tasks, settings, params=params, seed=seed,
                              encode_prompt=make_prompt_encoder(tok), tag="s0/", progress=False)
@@ -348,8 +344,6 @@ def evaluate_policy(model, tok, tasks: Sequence[dict], bench, settings, seed: in
 def random_policy_success(tasks: Sequence[dict], max_steps: int, history_window: int, seed: int = 0,
                           episodes: int = 4) -> float:
     """Success rate of a policy that sends a uniformly random admissible command every step."""
-    from envs.household import HouseholdEnv
-
     rng = random.Random(f"random-policy:{seed}")
     wins, n = 0, 0
     for task in tasks:
@@ -376,13 +370,6 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
     evaluation temperature on held-out seen tasks, random-policy success, wall time).
     Skipped when ``out_dir/stage0.json`` exists (unless ``force``).
     """
-    from seed_jax.metrics import StageProgress
-    from seed_jax.models import Model
-    from seed_jax.models.decoder import init_params
-    from seed_jax.pipeline.environments import make_benchmark
-    from seed_jax.pipeline.runtime import rollout_settings, save_policy
-    from seed_jax.train.mesh import make_mesh
-
     out_dir = Path(out_dir)
     marker = out_dir / "stage0.json"
     if marker.exists() and not force:
@@ -402,8 +389,6 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
     phase_b = out_dir.parent / (out_dir.name + "_bc")
     info_b = phase_b / "phase_b.json"
     if info_b.exists() and not force:  # resume: copy warm-up + BC already done
-        from seed_jax.models import load_model
-
         params = load_model(phase_b).params
         copy_losses, losses = [], []
         done_b = json.loads(info_b.read_text())

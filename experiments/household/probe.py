@@ -29,9 +29,21 @@ a shuffled hint should give neither.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from experiments.household.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
+from experiments.household.demos import noisy_episode
+from experiments.household.report import arm_dir
+from seed_jax.pipeline.environments import make_benchmark
+from seed_jax.pipeline.runtime import load_policy
+from seed_jax.rollout.analyzer import analyze_trajectories
+from seed_jax.rollout.batch import left_pad, right_pad, round_up
+from seed_jax.rollout.loop import make_prompt_encoder
+from seed_jax.skills import insert_skill
+from seed_jax.train.logprobs import compute_logprobs
 
 CONDITIONS = ("own", "shuffled", "self")
 
@@ -39,10 +51,6 @@ CONDITIONS = ("own", "shuffled", "self")
 def _logprobs(model, tok, prompts: Sequence[str], responses: Sequence[str], micro_batch: int,
               max_prompt_tokens: int) -> list[np.ndarray]:
     """Per pair, the token log-probs of ``response + EOS`` after the chat-templated prompt."""
-    from seed_jax.rollout.batch import left_pad, right_pad, round_up
-    from experiments.household.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
-    from seed_jax.train.logprobs import compute_logprobs
-
     encoded = encode_examples([(p, r, "") for p, r in zip(prompts, responses)], tok, max_prompt_tokens,
                               RESPONSE_BUCKETS[-1])
     p_ids, r_ids = [p for p, _ in encoded], [r for _, r in encoded]
@@ -78,11 +86,6 @@ def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_
                   max_prompt_tokens: int = 1024, analyzer_max_new_tokens: int = 192,
                   success_threshold: float = 5.0) -> dict:
     """{condition: summary} of the module docstring, plus 'self_parse_rate'."""
-    from seed_jax.rollout.analyzer import analyze_trajectories
-    from seed_jax.rollout.loop import make_prompt_encoder
-    from seed_jax.skills import insert_skill
-    from experiments.household.demos import noisy_episode
-
     rng = random.Random(f"probe:{seed}")
     demos = [noisy_episode(t, rng, noise, 0.0, max_steps, history_window) for t in tasks]
     own = [d.skill() for d in demos]
@@ -119,12 +122,6 @@ def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_
 def probe_checkpoints(config, out, arms: Sequence[str], seeds: Sequence[int]) -> dict:
     """The probe of the stage-1 checkpoint and of the final policy of the first seed of the
     GRPO and SEED arms (those present), on the first ``study.probe_tasks`` training tasks."""
-    from pathlib import Path
-
-    from seed_jax.pipeline.environments import make_benchmark
-    from seed_jax.pipeline.runtime import load_policy
-    from experiments.household.report import arm_dir
-
     out = Path(out)
     bench = make_benchmark(config.env)
     tasks = bench.tasks(bench.train_split)[:int(config.study.probe_tasks)]

@@ -15,8 +15,7 @@ from typing import Iterable
 from envs.household.vocab import household_texts
 from seed_jax.models.word_tokenizer import build_word_tokenizer
 from seed_jax.rollout.trajectory import StepSample, Trajectory
-from seed_jax.skills import (REPAIR_PROMPT, SKILL_HEADING, SKILL_SENTENCE, build_analyzer_prompt,
-                             canonical_answer)
+from seed_jax.skills import REPAIR_PROMPT, SKILL_HEADING, SKILL_SENTENCE, build_analyzer_prompt, canonical_answer
 
 # longer than the analyzer prompt keeps of a response when it cuts one (its last 300 characters)
 _LONG_RESPONSE = " ".join(["x"] * 250)
