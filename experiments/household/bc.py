@@ -88,36 +88,37 @@ RESPONSE_BUCKETS = (16, 32, 64, 128)
 
 @dataclasses.dataclass(frozen=True)
 class BCConfig:
-    """Stage-0 settings (``config.stage0`` of `configs.household`)."""
+    """Stage-0 settings: a typed view of ``config.stage0``; the values (one place, every preset)
+    are in `configs.household`."""
 
-    hidden: int = 64
-    layers: int = 2
-    heads: int = 4
-    kv_heads: int = 2
-    num_tasks: int = 400  # demonstration tasks (seen combinations, their own task seed)
-    task_seed: int = 1000
-    episodes_per_task: int = 1
-    noise: float = 0.25  # share of detours (random admissible non-optimal commands)
-    invalid: float = 0.03  # share of invalid responses
-    nothing: float = 0.05  # share of well-formed non-admissible commands
-    skill_share: float = 0.3  # share of steps also shown as hint-reading examples
-    include_plan: bool = False  # the hint's skill holds the shortest plan
-    restate_task: bool = True  # thinking text starts with the task sentence
-    copy_steps: int = 300  # synthetic induction warm-up steps (0 = none)
-    lm_weight: float = 0.25  # expected weight of the language-modelling term on prompt tokens
-    steps: int = 1000  # behaviour-cloning optimizer steps (epochs cycle as needed)
-    batch_size: int = 16
-    lr: float = 2e-3
-    warmup_steps: int = 20
-    analyzer_steps: int = 300  # multi-task phase: acting and analyzer batches alternate
-    analyzer_batch: int = 8
-    analyzer_noises: tuple = (0.1, 0.3, 0.5)  # detour shares of the analyzer demos (successes and failures)
-    analyzer_lr: float = 5e-4
-    eval_tasks: int = 32
-    seed: int = 0
+    hidden: int  # model width (head_dim = hidden / heads, MLP width 2 x hidden)
+    layers: int  # decoder layers
+    heads: int  # attention heads
+    kv_heads: int  # key / value heads (grouped-query attention)
+    num_tasks: int  # demonstration tasks (seen combinations, their own task seed)
+    task_seed: int  # seed of the demonstration tasks (apart from the env's train / eval seeds)
+    episodes_per_task: int  # demonstrations per task
+    noise: float  # share of detours (random admissible non-optimal commands)
+    invalid: float  # share of invalid responses
+    nothing: float  # share of well-formed non-admissible commands
+    skill_share: float  # share of steps also shown as hint-reading examples
+    include_plan: bool  # the hint's skill holds the shortest plan
+    restate_task: bool  # thinking text starts with the task sentence
+    copy_steps: int  # synthetic induction warm-up steps (0 = none)
+    lm_weight: float  # expected weight of the language-modelling term on prompt tokens
+    steps: int  # behaviour-cloning optimizer steps (epochs cycle as needed)
+    batch_size: int  # BC (and acting) rows per optimizer step
+    lr: float  # peak learning rate of the warm-up and BC phases
+    warmup_steps: int  # linear warm-up steps of every phase (capped by its length)
+    analyzer_steps: int  # multi-task phase: acting and analyzer batches alternate
+    analyzer_batch: int  # analyzer rows per multi-task analyzer step
+    analyzer_noises: tuple  # detour shares of the analyzer demos (successes and failures)
+    analyzer_lr: float  # constant learning rate of the multi-task phase
+    eval_tasks: int  # seen tasks of the stage-0 evaluation
+    seed: int  # initialisation, demonstration noise, hint choice and batch order
 
     @classmethod
-    def from_config(cls, cd) -> "BCConfig":
+    def from_config(cls, cd) -> BCConfig:
         fields = {f.name for f in dataclasses.fields(cls)}
         kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in dict(cd).items() if k in fields}
         return cls(**kw)
@@ -173,6 +174,16 @@ def encode_examples(examples, tok, max_prompt_tokens: int, max_response_tokens: 
     return out
 
 
+def pad_pairs(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], P: int, R: int,
+              pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(input_ids, attention_mask, response_mask)``, each ``[rows, P + R]`` but the last
+    ``[rows, R]``: every prompt LEFT-padded to ``P``, then its response RIGHT-padded to ``R``
+    (the train step's layout, `seed_jax.rollout.batch`)."""
+    p_ids, p_mask = left_pad(list(prompts), P, pad_id)
+    r_ids, r_mask = right_pad(list(responses), R, pad_id)
+    return np.concatenate([p_ids, r_ids], 1), np.concatenate([p_mask, r_mask], 1), r_mask
+
+
 def bc_batches(encoded, batch_size: int, rng: random.Random, pad_id: int, lm_weight: float = 0.0):
     """Full batches of one length bucket each, in a shuffled order (a partial batch per bucket
     is dropped; the epoch's shuffle changes which).
@@ -200,19 +211,16 @@ def bc_batches(encoded, batch_size: int, rng: random.Random, pad_id: int, lm_wei
         if lm:
             firsts = [encoded[i][0][:1] for i in idx]
             rests = [encoded[i][0][1:] + encoded[i][1] for i in idx]
-            p_ids, p_mask = left_pad(firsts, P, pad_id)
-            a_ids, a_mask = right_pad(rests, R, pad_id)
-            loss = a_mask.astype(np.float32)
+            ids, mask, r_mask = pad_pairs(firsts, rests, P, R, pad_id)
+            loss = r_mask.astype(np.float32)
             keep = np.random.default_rng(rng.getrandbits(64)).random(loss.shape) < lm_weight
             for row, i in enumerate(idx):
                 n_prompt = len(encoded[i][0]) - 1
                 loss[row, :n_prompt] *= keep[row, :n_prompt]
         else:
-            p_ids, p_mask = left_pad([encoded[i][0] for i in idx], P, pad_id)
-            a_ids, a_mask = right_pad([encoded[i][1] for i in idx], R, pad_id)
-            loss = a_mask.astype(np.float32)
-        yield {"input_ids": np.concatenate([p_ids, a_ids], 1), "attention_mask": np.concatenate([p_mask, a_mask], 1),
-               "loss_mask": loss}
+            ids, mask, r_mask = pad_pairs([encoded[i][0] for i in idx], [encoded[i][1] for i in idx], P, R, pad_id)
+            loss = r_mask.astype(np.float32)
+        yield {"input_ids": ids, "attention_mask": mask, "loss_mask": loss}
 
 
 def num_batches(encoded, batch_size: int, lm: bool = False) -> int:

@@ -34,13 +34,13 @@ from typing import Sequence
 
 import numpy as np
 
-from experiments.household.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
+from experiments.household.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples, pad_pairs
 from experiments.household.demos import noisy_episode
 from experiments.household.report import arm_dir
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.runtime import load_policy
 from seed_jax.rollout.analyzer import analyze_trajectories
-from seed_jax.rollout.batch import left_pad, right_pad, round_up
+from seed_jax.rollout.batch import round_up
 from seed_jax.rollout.loop import make_prompt_encoder
 from seed_jax.skills import insert_skill
 from seed_jax.train.logprobs import compute_logprobs
@@ -59,10 +59,8 @@ def _logprobs(model, tok, prompts: Sequence[str], responses: Sequence[str], micr
     for i, (p, r) in enumerate(encoded):
         groups.setdefault((round_up(len(p), PROMPT_BUCKETS), round_up(len(r), RESPONSE_BUCKETS)), []).append(i)
     for (P, R), idx in sorted(groups.items()):
-        pi, pm = left_pad([p_ids[i] for i in idx], P, tok.pad_token_id)
-        ri, rm = right_pad([r_ids[i] for i in idx], R, tok.pad_token_id)
-        logp = compute_logprobs(model.params, model.config, np.concatenate([pi, ri], 1),
-                                np.concatenate([pm, rm], 1), P, R, micro_batch)
+        ids, mask, _ = pad_pairs([p_ids[i] for i in idx], [r_ids[i] for i in idx], P, R, tok.pad_token_id)
+        logp = compute_logprobs(model.params, model.config, ids, mask, P, R, micro_batch)
         for row, i in enumerate(idx):
             out[i] = logp[row, :len(r_ids[i])]
     return out  # type: ignore[return-value]
