@@ -34,8 +34,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("TQDM_DISABLE", "1")
 
     from configs.household import get_config
+    from experiments.household.experiment import arm_config, copy_stage1
     from seed_jax.launch import run_pipeline
-    from seed_jax.study.experiment import arm_config, copy_stage1
 
     study = Path(args.study)
     if not (study / "base" / "stages" / "sft.json").exists():

@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     log.propagate = False
 
     from configs.household import get_config
-    from seed_jax.study.experiment import run_study
+    from experiments.household.experiment import run_study
 
     config = get_config(args.preset)
     for a in args.set:

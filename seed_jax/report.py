@@ -190,8 +190,12 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
 
 # --------------------------------------------------------------------------- plots
 
-def _new_fig(nrows: int = 1, ncols: int = 1, size=(7.0, 4.0)):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: no global backend
+def new_figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (7.0, 4.0)):
+    """``(figure, axes)``: a matplotlib figure of ``nrows x ncols`` panels of ``size`` inches
+    each, on its own Agg canvas (no pyplot, so no global backend or figure registry); ``axes``
+    is always a 2-d array (``axes[row, col]``)."""
+    # deferred: matplotlib takes about a second to import and only plotting needs it
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(size[0] * ncols, size[1] * nrows))
@@ -200,15 +204,16 @@ def _new_fig(nrows: int = 1, ncols: int = 1, size=(7.0, 4.0)):
     return fig, axes
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path, dpi: int = 100) -> Path:
+    """Lay out and write ``fig`` as a PNG to ``path``; returns ``path``."""
     fig.tight_layout()
-    fig.savefig(path, dpi=100, format="png")
+    fig.savefig(path, dpi=dpi, format="png")
     return path
 
 
 def _line_plot(path: Path, title: str, lines: list[tuple[str, Series]], ylabel: str,
                ylim: tuple[float, float] | None = None) -> Path:
-    fig, ax = _new_fig()
+    fig, ax = new_figure()
     ax = ax[0, 0]
     for label, s in lines:
         marker = "o" if len(s.steps) < 30 else None
@@ -221,13 +226,13 @@ def _line_plot(path: Path, title: str, lines: list[tuple[str, Series]], ylabel: 
     ax.grid(alpha=0.3)
     if len(lines) > 1:
         ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _grid_plot(path: Path, title: str, panels: list[tuple[str, Series]]) -> Path:
     ncols = 2 if len(panels) > 1 else 1
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = _new_fig(nrows, ncols, size=(5.5, 2.8))
+    fig, axes = new_figure(nrows, ncols, size=(5.5, 2.8))
     for i, ax in enumerate(axes.flat):
         if i >= len(panels):
             ax.set_visible(False)
@@ -238,7 +243,7 @@ def _grid_plot(path: Path, title: str, panels: list[tuple[str, Series]]) -> Path
         ax.set_xlabel("update")
         ax.grid(alpha=0.3)
     fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _gate_hist(path: Path, skills: list[dict]) -> Path | None:
@@ -250,7 +255,7 @@ def _gate_hist(path: Path, skills: list[dict]) -> Path | None:
             groups[r["outcome"]].append(float(g["mean"]))
     if not any(groups.values()):
         return None
-    fig, ax = _new_fig()
+    fig, ax = new_figure()
     ax = ax[0, 0]
     bins = np.linspace(0.0, 1.0, 21)
     for outcome, color in (("success", "tab:green"), ("failure", "tab:red")):
@@ -261,7 +266,7 @@ def _gate_hist(path: Path, skills: list[dict]) -> Path | None:
     ax.set_xlabel("gate mean over gated tokens")
     ax.set_ylabel("trajectories")
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _eval_plot(path: Path, evals: list[EvalResult]) -> Path | None:
@@ -269,13 +274,13 @@ def _eval_plot(path: Path, evals: list[EvalResult]) -> Path | None:
     pts = [(n, v) for n, v in pts if v is not None and math.isfinite(v)]
     if not pts:
         return None
-    fig, ax = _new_fig()
+    fig, ax = new_figure()
     ax = ax[0, 0]
     ax.bar([n for n, _ in pts], [v for _, v in pts], color="tab:blue")
     ax.set_title("Evaluation success (overall)")
     ax.set_ylabel("success")
     ax.set_ylim(0, max(1.0, max(v for _, v in pts)))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def make_plots(series: dict[str, Series], skills: list[dict], evals: list[EvalResult],

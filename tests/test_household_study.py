@@ -3,11 +3,28 @@ stage-1 annotator, the gate audit join, arm configs, and stage 0 (slow) and the 
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 
 import numpy as np
 import pytest
+
+from configs.household import get_config
+from envs.household import household_scripted_answer
+from envs.household.tasks import load_task
+from envs.household.world import transitions
+from experiments.household.audit import consistency_by_update, join_gates, read_step_actions, summarize, update_of
+from experiments.household.bc import bc_batches, bc_examples, cycled_batches, random_policy_success, run_stage0
+from experiments.household.demos import noisy_episode, subgoal_text
+from experiments.household.experiment import arm_config, arms_of, run_study, step_recorder
+from experiments.household.probe import _summary
+from experiments.household.report import consistent_share, fmt_pct, mean_std
+from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
+from seed_jax.pipeline.environments import make_benchmark
+from seed_jax.pipeline.rl import UpdateRecord
+from seed_jax.pipeline.validate import validate
+from seed_jax.skills import SKILL_HEADING, SkillRecord, parse_skill
 
 # a hand-made pick task: the apple hides in the closed fridge; the target is the countertop
 PICK_TASK = {
@@ -22,8 +39,6 @@ PICK_PLAN = ["go to fridge 1", "open fridge 1", "take apple 1 from fridge 1", "g
 
 
 def _household_config(preset="ci"):
-    from configs.household import get_config
-
     c = get_config(preset)
     c.model.path = "/nonexistent"  # not loaded by these tests
     return c
@@ -33,10 +48,6 @@ def _household_config(preset="ci"):
 
 
 def test_subgoal_text_by_hand():
-    from envs.household.tasks import load_task
-    from envs.household.world import transitions
-    from seed_jax.study.demos import subgoal_text
-
     layout, s = load_task(PICK_TASK)
     texts = [subgoal_text(layout, s)]
     for cmd in PICK_PLAN[:-1]:
@@ -51,8 +62,6 @@ def test_subgoal_text_by_hand():
 
 
 def test_noisy_episode_extremes():
-    from seed_jax.study.demos import noisy_episode
-
     clean = noisy_episode(PICK_TASK, random.Random(0), noise=0.0, invalid=0.0, max_steps=12, history_window=2)
     assert clean.won and [s.action for s in clean.steps] == PICK_PLAN
     assert all(s.consistent and s.valid for s in clean.steps)
@@ -72,8 +81,6 @@ def test_noisy_episode_extremes():
 
 
 def test_bc_batches_layout_response_only_and_lm():
-    from seed_jax.study.bc import bc_batches
-
     encoded = [([5, 6, 7], [8, 9]), ([10, 11], [12])]  # (prompt ids, response ids + EOS)
     b = next(bc_batches(encoded, 2, random.Random(0), pad_id=0))
     # prompts left-padded to the smallest prompt bucket (64), responses right-padded to 16
@@ -96,10 +103,6 @@ def test_bc_batches_layout_response_only_and_lm():
 
 
 def test_cycled_batches_run_past_an_epoch_and_reject_too_small_buckets():
-    import itertools
-
-    from seed_jax.study.bc import cycled_batches
-
     # 5 examples in one bucket, batches of 2: 2 batches per epoch, one example dropped per epoch
     encoded = [([5, i], [8 + i]) for i in range(5)]
     batches = list(itertools.islice(cycled_batches(encoded, 2, 0, 0.0, "t", "stage0.batch_size"), 6))
@@ -114,10 +117,6 @@ def test_cycled_batches_run_past_an_epoch_and_reject_too_small_buckets():
 
 
 def test_hint_examples_insert_the_demo_skill():
-    from seed_jax.skills import SKILL_HEADING
-    from seed_jax.study.bc import bc_examples
-    from seed_jax.study.demos import noisy_episode
-
     demo = noisy_episode(PICK_TASK, random.Random(0), 0.0, 0.0, 12, 2)
     ex = bc_examples([demo], skill_share=1.0)
     acts = [e for e in ex if e[2] == "act"]
@@ -134,8 +133,6 @@ def test_hint_examples_insert_the_demo_skill():
 
 
 def test_household_benchmark_splits():
-    from seed_jax.pipeline.environments import make_benchmark
-
     c = _household_config("ci")
     bench = make_benchmark(c.env)
     train, seen, unseen = (bench.tasks(s) for s in ("train", "seen", "unseen"))
@@ -151,18 +148,16 @@ def test_household_benchmark_splits():
 
 
 def test_scripted_annotator_stage1_records_parse():
-    from seed_jax.pipeline.environments import make_benchmark
-    from seed_jax.skills import SkillRecord, parse_skill
-    from seed_jax.study.demos import noisy_episode
-    from seed_jax.study.scripted import scripted_annotator
-
     c = _household_config("ci")
     bench = make_benchmark(c.env)
     tasks = bench.tasks("train")[:6]
     rng = random.Random(3)
     demos = [noisy_episode(t, rng, 0.5 * (i % 2), 0.1 * (i % 2), 8, 2) for i, t in enumerate(tasks)]
     trajs = [d.to_trajectory(f"u0/{d.task['task_id']}#{i}") for i, d in enumerate(demos)]
-    parses, prompts = bench.scripted_annotator(trajs)
+    ctx = AnalysisContext(success_threshold=bench.spec.success_threshold,
+                          max_prompt_tokens=c.analysis.max_prompt_tokens, max_new_tokens=0, bench=bench)
+    analysis = get_analyzer("scripted")(trajs, ctx)
+    parses, prompts = analysis.parses, analysis.prompts
     assert set(parses) == set(prompts) == {t.traj_id for t in trajs}
     assert {d.won for d in demos} == {True, False}  # both kinds are covered
     for t in trajs:
@@ -171,23 +166,34 @@ def test_scripted_annotator_stage1_records_parse():
         rec = SkillRecord.from_parse(t, prompts[t.traj_id], p, bench.spec.success_threshold)
         assert parse_skill(rec.answer) == p  # the SFT target reads back to the same skill
         label = "SUCCESS: the agent completed the task." if t.won else "FAILURE: the agent did not complete the task."
-        assert label in prompts[t.traj_id] and len(prompts[t.traj_id]) <= c.env.analyzer_max_chars + 1200
+        assert label in prompts[t.traj_id] and len(prompts[t.traj_id]) <= 3 * c.analysis.max_prompt_tokens + 1200
         assert p.skill.startswith("To put a" if t.won else "Avoid")
     # hand-made success: the hand-written workflow (module docstring of envs.household.annotator)
     demo = noisy_episode(PICK_TASK, random.Random(0), 0.0, 0.0, 12, 2)
-    ann = scripted_annotator(lambda split: [PICK_TASK] if split == "train" else [], 10.0, 4000)
-    parses, _ = ann([demo.to_trajectory("x")])
-    assert parses["x"].skill == ("To put a apple in countertop: find the apple (here it was inside the closed "
+    answer = household_scripted_answer(lambda split: [PICK_TASK] if split == "train" else [])
+    assert parse_skill(answer(demo.to_trajectory("x"))).skill == ("To put a apple in countertop: find the apple (here it was inside the closed "
                                  "fridge 1, so go there and open it first), take it, then go to countertop 1 "
                                  "and put it there.")
+    # a trajectory of a task the benchmark does not know is refused, naming the trajectory
+    stranger = noisy_episode({**PICK_TASK, "task_id": "elsewhere"}, random.Random(0), 0.0, 0.0, 12, 2)
+    with pytest.raises(ValueError, match=r"trajectory y has unknown task id 'elsewhere'"):
+        answer(stranger.to_trajectory("y"))
+
+
+def test_benchmarks_without_expert_analysis_have_no_scripted_annotator():
+    c = _household_config("ci")
+    c.env.name = "webshop"
+    bench = make_benchmark(c.env)
+    assert bench.scripted_answer is None
+    ctx = AnalysisContext(success_threshold=10.0, max_prompt_tokens=64, max_new_tokens=0, bench=bench)
+    with pytest.raises(ValueError, match="'scripted' is not available for env 'webshop'"):
+        get_analyzer("scripted")([], ctx)
 
 
 # ------------------------------------------------------------------ audit join
 
 
 def test_audit_join_and_summary_hand_made():
-    from seed_jax.study.audit import join_gates, summarize
-
     # by hand: sinkbasin is a detour (x), fridge is the way (ok), an invalid response (x), open (ok)
     actions = {"u0/hand-pick#0": {"task_id": "hand-pick",
                                   "actions": ["go to sinkbasin 1", "go to fridge 1", "", "open fridge 1"]}}
@@ -213,9 +219,6 @@ def test_audit_join_and_summary_hand_made():
 
 
 def test_consistency_by_update_hand_made():
-    from seed_jax.study.audit import consistency_by_update, update_of
-    from seed_jax.study.report import consistent_share
-
     assert update_of("u12/hand-pick#3") == 12 and update_of("s1/hand-pick#0") is None
     actions = {
         # update 0: detour, way, invalid, open -> 2 of 4 optimal
@@ -239,8 +242,6 @@ def test_consistency_by_update_hand_made():
 
 
 def test_probe_summary_hand_computed():
-    from seed_jax.study.probe import _summary
-
     rows = [{"consistent": True, "d_a": np.array([0.0, 0.2]), "d_e": np.array([0.0, 0.2])},
             {"consistent": False, "d_a": np.array([-0.2]), "d_e": np.array([0.1, 0.3])},
             {"consistent": False, "d_a": np.array([0.0, -0.4]), "d_e": np.array([-0.1])}]
@@ -256,16 +257,19 @@ def test_probe_summary_hand_computed():
 
 
 def test_step_recorder_appends_compact_trajectories(tmp_path):
-    from seed_jax.pipeline.rl import UpdateRecord
-    from seed_jax.study.audit import read_step_actions
-    from seed_jax.study.demos import noisy_episode
-    from seed_jax.study.experiment import step_recorder
-
     demo = noisy_episode(PICK_TASK, random.Random(0), 0.3, 0.3, 6, 2)
     record = step_recorder(tmp_path)
     record(UpdateRecord(3, [demo.to_trajectory("u3/hand-pick#1")], {}, {}, {}, {}))
     got = read_step_actions(tmp_path)
     assert got == {"u3/hand-pick#1": {"task_id": "hand-pick", "actions": [s.action for s in demo.steps]}}
+    # a run killed mid-write leaves a torn last line; the resumed run's recorder drops it and appends
+    path = tmp_path / "rl" / "step_actions.jsonl"
+    path.write_text(path.read_text() + '{"traj_id": "u4/hand-pick#0", "task_')
+    with pytest.warns(UserWarning, match="torn last line"):
+        resumed = step_recorder(tmp_path)
+    resumed(UpdateRecord(4, [demo.to_trajectory("u4/hand-pick#2")], {}, {}, {}, {}))
+    assert sorted(read_step_actions(tmp_path)) == ["u3/hand-pick#1", "u4/hand-pick#2"]
+    assert read_step_actions(tmp_path / "nothing") == {}
 
 
 # ------------------------------------------------------------------ configs and arms
@@ -273,9 +277,6 @@ def test_step_recorder_appends_compact_trajectories(tmp_path):
 
 @pytest.mark.parametrize("preset", ["study", "ci", "tiny"])
 def test_presets_validate(preset):
-    from seed_jax.pipeline.validate import validate
-    from seed_jax.study.experiment import arm_config, arms_of
-
     c = _household_config(preset)
     validate(c)
     assert c.stage1.analyzer == "scripted" and c.analysis.analyzer == "self"
@@ -287,8 +288,6 @@ def test_presets_validate(preset):
 
 
 def test_report_mean_std():
-    from seed_jax.study.report import fmt_pct, mean_std
-
     m, s, n = mean_std([0.5, 0.25, None, 0.75])
     assert (m, n) == (0.5, 3) and s == pytest.approx(0.25)  # sample std of (.25, .5, .75)
     assert fmt_pct(m, s) == "50.0 ± 25.0" and fmt_pct(None, None) == "-"
@@ -302,8 +301,6 @@ def test_report_mean_std():
 def test_stage0_bc_beats_a_random_policy(tmp_path):
     """A short stage 0 on an easy household (4 receptacles, no distractor, objects on surfaces)
     succeeds more often than a uniformly random admissible policy on the same tasks."""
-    from seed_jax.study.bc import random_policy_success, run_stage0
-
     c = _household_config("ci")
     c.env.num_receptacles, c.env.num_distractors, c.env.closed_share = 4, 0, 0.0
     c.env.max_steps = c.rollout.max_steps = 10
@@ -312,8 +309,6 @@ def test_stage0_bc_beats_a_random_policy(tmp_path):
                     invalid=0.0, nothing=0.0)
     s = run_stage0(c, tmp_path / "policy")
     assert (tmp_path / "policy" / "config.json").exists() and (tmp_path / "policy" / "tokenizer.json").exists()
-    from seed_jax.pipeline.environments import make_benchmark
-
     bench = make_benchmark(c.env)
     rand = random_policy_success(bench.tasks("seen")[:16], 10, c.env.history_window, episodes=8)
     assert s["random_policy_success"] <= rand + 0.1
@@ -324,8 +319,6 @@ def test_stage0_bc_beats_a_random_policy(tmp_path):
 def test_ci_study_end_to_end(tmp_path):
     """The ci preset of the study (about 2-3 minutes on 2 cores) runs every stage and arm through
     the pipeline; it is the fast-tier guard of `bench/household_study.py`."""
-    from seed_jax.study.experiment import run_study
-
     c = _household_config("ci")
     res = run_study(c, tmp_path)
     md = (tmp_path / "results.md").read_text()

@@ -15,8 +15,10 @@ import pytest
 
 from envs.actions import parse_action
 from envs.household import EpisodeRecord, HouseholdEnv, annotate_json, make_tasks
-from seed_jax.models.word_tokenizer import (build_household_tokenizer, build_word_tokenizer, load_word_tokenizer,
-                                            unknown_pieces)
+from experiments.household.tokenizer import build_household_tokenizer
+from seed_jax.models.word_tokenizer import build_word_tokenizer, load_word_tokenizer, unknown_pieces
+from seed_jax.rollout.trajectory import StepSample, Trajectory
+from seed_jax.skills import build_analyzer_prompt, insert_skill, parse_skill
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +29,6 @@ def tok():
 def household_texts(n_tasks: int = 30, seed: int = 0) -> list[str]:
     """Prompts, observations, responses, skills, analyzer prompts and H(h, s) prompts of random
     household episodes (mixed expert / random / invalid / non-admissible actions)."""
-    from seed_jax.rollout.trajectory import StepSample, Trajectory
-    from seed_jax.skills import build_analyzer_prompt, insert_skill, parse_skill
-
     rng = random.Random(seed)
     texts = []
     for history_window in (2, 5):
@@ -67,6 +66,31 @@ def test_round_trip_is_exact_on_household_texts(tok):
         ids = tok(text, add_special_tokens=False)["input_ids"]
         assert tok.unk_token_id not in ids
         assert tok.decode(ids) == text
+
+
+def test_cut_analyzer_prompts_round_trip(tok):
+    """x_tau cut to small budgets carries the omission notes (observation, response, steps)."""
+    env = HouseholdEnv()
+    task = make_tasks("seen", 1, seed=3)[0]
+    obs, info = env.reset(task)
+    steps = []
+    for _ in range(4):
+        cmd = env.expert_actions()[0]
+        # the cut keeps a response's last 300 characters: digits, so the cut never splits a word
+        count = " ".join(str(i % 10) for i in range(200))
+        response = f"<think>I think: {count}.</think><action>{cmd}</action>"
+        shown = info["raw_observation"]
+        obs, _, done, info = env.step(response)
+        steps.append(StepSample([], [], [], response, "", shown, info["valid"], 0.0, action=info["action_text"]))
+    traj = Trajectory(task["task_id"], 0, "t", task["task_description"], steps, 0.0, False, final_observation=obs)
+    notes = ("[observation omitted to save space]", "[... earlier part of the response omitted to save space]",
+             "[steps 1-")
+    cut = [build_analyzer_prompt(traj, max_chars=n) for n in (3000, 2000, 1500, 10)]
+    for note in notes:
+        assert any(note in text for text in cut), note
+    for text in cut:
+        assert unknown_pieces(tok, text) == [], text
+        assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
 
 
 def test_decoded_responses_parse_like_the_originals(tok):

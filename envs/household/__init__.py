@@ -5,13 +5,18 @@
 - `HouseholdEnv` / `make_household_env` (`env`): the `envs.base.Environment` contract, with
   the exact expert's optimal next actions in every step's info (`expert`);
 - `annotate_episode` / `annotate_json` / `annotate_trajectory` (`annotator`): the scripted
-  analyzer writing {"episode_summary", "episode_skill"} from the expert's view.
+  analyzer writing {"episode_summary", "episode_skill"} from the expert's view;
+- `household_spec` / `household_splits` / `household_scripted_answer` (`splits`): the
+  benchmark read from an env config: spec, train / seen / unseen task splits, and the expert's
+  analysis of a trajectory as JSON text.
 """
 
 from envs.household.annotator import (EpisodeRecord, StepAudit, annotate_episode, annotate_json,
                                       annotate_trajectory, first_deviation, replay)
 from envs.household.env import HOUSEHOLD_SPEC, HouseholdEnv, make_household_env
 from envs.household.expert import ExpertResult, solve
+from envs.household.splits import (BENCHMARK_SPLITS, household_scripted_answer, household_spec,
+                                   household_splits, household_task_config)
 from envs.household.tasks import (SPLITS, HouseholdConfig, all_combinations, combinations, generate_task,
                                   load_task, make_tasks, split_of)
 from envs.household.world import TASK_TYPES
@@ -20,5 +25,6 @@ __all__ = [
     "EpisodeRecord", "StepAudit", "annotate_episode", "annotate_json", "annotate_trajectory", "first_deviation",
     "replay", "HOUSEHOLD_SPEC", "HouseholdEnv", "make_household_env", "ExpertResult", "solve", "SPLITS",
     "HouseholdConfig", "all_combinations", "combinations", "generate_task", "load_task", "make_tasks", "split_of",
-    "TASK_TYPES",
+    "TASK_TYPES", "BENCHMARK_SPLITS", "household_scripted_answer", "household_spec", "household_splits",
+    "household_task_config",
 ]

@@ -2,7 +2,7 @@
 
 Built on `tokenizers`: a ``WordLevel`` model over a closed vocabulary collected from a corpus
 of texts (e.g. every sentence an environment can produce plus the analyzer's prompt and the
-skill vocabulary).
+skill vocabulary; the household study's corpus is `experiments.household.tokenizer`).
 
 Splitting (after the normaliser maps ' ' to '▁', U+2581): the text is cut into pieces by the
 regex ``▁?</?(think|action)>`` | ``▁?[A-Za-z]+`` | ``▁?[0-9]`` | ``▁?<one other non-space
@@ -101,6 +101,7 @@ def build_vocab(corpus: Iterable[str], extra_words: Iterable[str] = ()) -> dict[
 
 def build_word_tokenizer(corpus: Iterable[str], extra_words: Iterable[str] = (), model_max_length: int = 4096):
     """A `PreTrainedTokenizerFast` whose vocabulary covers `corpus` (see module docstring)."""
+    # deferred: tokenizers / transformers take seconds to import (as in seed_jax.models.tokenizer)
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -132,31 +133,3 @@ def unknown_pieces(tokenizer, text: str) -> list[str]:
     vocab = tokenizer.get_vocab()
     return [p for p in _pieces(text) if p not in vocab]
 
-
-def household_corpus() -> list[str]:
-    """Texts covering the household environment, its scripted annotator and the analyzer prompt."""
-    from envs.household.vocab import household_texts
-
-    texts = list(household_texts())
-    try:
-        from seed_jax import skills
-    except ImportError:  # pragma: no cover - skills is part of the package
-        return texts
-    texts += [skills.SKILL_HEADING, skills.SKILL_SENTENCE, skills.REPAIR_PROMPT, skills._OBS_OMITTED,
-              skills._RESP_OMITTED, *skills._INSTRUCTION.values()]
-    from seed_jax.rollout.trajectory import StepSample, Trajectory
-
-    for won in (True, False):
-        step = StepSample(prompt_ids=[], response_ids=[], response_logprobs=[], response_text="x",
-                          prompt_text="", raw_observation="x", valid=won, reward=0.0)
-        traj = Trajectory(task_id="t", group_id=0, traj_id="t", task_description="x", steps=[step, step],
-                          episode_reward=10.0 * won, won=won, final_observation="x")
-        texts.append(skills.build_analyzer_prompt(traj, max_chars=None))
-        texts.append(skills.build_analyzer_prompt(traj, max_chars=10))
-    texts.append(skills.canonical_answer("x", "x"))
-    return texts
-
-
-def build_household_tokenizer(extra_texts: Iterable[str] = (), extra_words: Iterable[str] = ()):
-    """The word tokenizer of the household study: `household_corpus()` + `extra_texts`."""
-    return build_word_tokenizer(list(household_corpus()) + list(extra_texts), extra_words)

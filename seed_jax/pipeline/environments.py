@@ -2,7 +2,8 @@
 
 One `Benchmark` per environment name binds the env's spec (penalty, step limit, success
 threshold), the stop strings of its action tags, a picklable env factory for the worker pool,
-and a task loader per split. Only this file knows the env packages' constructors.
+a task loader per split and, where the env has one, its scripted expert analysis of a
+trajectory. Only this file knows the env packages' constructors.
 """
 
 from __future__ import annotations
@@ -12,8 +13,15 @@ import random
 from pathlib import Path
 from typing import Callable
 
+from envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
 from envs.base import EnvSpec
+from envs.household import household_scripted_answer, household_spec, household_splits, make_household_env
+from envs.search import SEARCH_SPEC, load_default_tasks, load_tasks, make_search_env
+from envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
 from seed_jax.rollout.pool import EnvFactory
+from seed_jax.rollout.trajectory import Trajectory
+
+ScriptedAnswer = Callable[[Trajectory], str]
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -28,7 +36,9 @@ class Benchmark:
     load_split: Callable[[str], list[dict]]  # split name -> all its task dicts
     train_split: str
     eval_splits: tuple[str, ...]
-    scripted_annotator: object = None  # trajs -> (parses, prompts) for stage1.analyzer = 'scripted'
+    # the JSON text of the env's expert analysis of one trajectory (None: the env has none);
+    # the 'scripted' analyzer of `seed_jax.pipeline.analyzers` parses it
+    scripted_answer: ScriptedAnswer | None = None
 
     def tasks(self, split: str, limit: int | None = None, seed: int = 0) -> list[dict]:
         """Tasks of a split; ``limit`` takes a seeded random subset (stable order)."""
@@ -42,8 +52,6 @@ class Benchmark:
 
 
 def _search(env_cfg) -> Benchmark:
-    from envs.search import SEARCH_SPEC, load_default_tasks, load_tasks, make_search_env
-
     retriever = {"kind": env_cfg.retriever, "corpus_path": env_cfg.get("corpus") or None,
                  "url": env_cfg.get("retriever_url") or None}
     retriever = {k: v for k, v in retriever.items() if v is not None}
@@ -66,8 +74,6 @@ def _search(env_cfg) -> Benchmark:
 
 
 def _alfworld(env_cfg) -> Benchmark:
-    from envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
-
     data_dir = env_cfg.get("data_dir") or str(SHARED_DATA / "alfworld")
     factory = EnvFactory(make_alfworld_env, data_dir=data_dir, seed_kwarg=None)
     return Benchmark("alfworld", ALFWORLD_SPEC, ("</action>",), factory,
@@ -75,8 +81,6 @@ def _alfworld(env_cfg) -> Benchmark:
 
 
 def _webshop(env_cfg) -> Benchmark:
-    from envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
-
     kw = {k: env_cfg.get(k) for k in ("catalog_path", "goals_path") if env_cfg.get(k)}
     factory = EnvFactory(make_webshop_env, seed_kwarg=None, **kw)
     return Benchmark("webshop", WEBSHOP_SPEC, ("</action>",), factory,
@@ -84,17 +88,15 @@ def _webshop(env_cfg) -> Benchmark:
 
 
 def _household(env_cfg) -> Benchmark:
-    from envs.household import make_household_env
-    from seed_jax.study.scripted import household_spec, household_splits, scripted_annotator
-
+    """Splits and settings from `envs.household.splits`; the scripted stage-1 analyzer answers
+    with the expert's analysis (``env.skill_plan``: with the shortest plan)."""
     spec = household_spec(env_cfg)
     factory = EnvFactory(make_household_env, max_steps=spec.max_steps, history_window=spec.history_window,
                          seed_kwarg=None)
     load = household_splits(env_cfg)
-    annotator = scripted_annotator(load, spec.success_threshold, int(env_cfg.get("analyzer_max_chars", 3072)),
-                                   bool(env_cfg.get("skill_plan", False)))
+    answer = household_scripted_answer(load, bool(env_cfg.get("skill_plan", False)))
     return Benchmark("household", spec, ("</action>",), factory, load, "train",
-                     tuple(env_cfg.get("eval_splits", ("seen", "unseen"))), scripted_annotator=annotator)
+                     tuple(env_cfg.get("eval_splits", ("seen", "unseen"))), scripted_answer=answer)
 
 
 BENCHMARKS: dict[str, Callable] = {"search": _search, "alfworld": _alfworld, "webshop": _webshop,

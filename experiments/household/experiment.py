@@ -32,6 +32,14 @@ import shutil
 import time
 from pathlib import Path
 
+from experiments.household.audit import STEP_ACTIONS_FILE
+from experiments.household.bc import run_stage0
+from experiments.household.probe import probe_checkpoints
+from experiments.household.report import write_report
+from seed_jax.launch import run_pipeline
+from seed_jax.metrics import read_jsonl
+from seed_jax.pipeline.validate import validate
+
 log = logging.getLogger("seed_jax")
 
 SHARED_STAGES = ("collect", "annotate", "sft")
@@ -47,8 +55,6 @@ def arm_method(arm: str) -> tuple[str, float | None]:
 
 def arm_config(config, arm: str, seed: int):
     """The run config of one arm and seed (a copy; ``config`` is not changed)."""
-    from seed_jax.pipeline.validate import validate
-
     method, lam = arm_method(arm)
     c = copy.deepcopy(config)
     c.method = method
@@ -65,16 +71,20 @@ def _process_seconds() -> float:
 
 def step_recorder(workdir: str | Path):
     """An RL callback that appends every update's trajectories to
-    ``<workdir>/rl/step_actions.jsonl`` as ``{traj_id, task_id, won, actions, valid}``."""
-    path = Path(workdir) / "rl" / "step_actions.jsonl"
+    ``<workdir>/rl/step_actions.jsonl`` as ``{traj_id, task_id, won, actions, valid}``, one
+    write per update. A last line torn by a killed run is dropped when the recorder is made,
+    so a resumed run appends after whole lines only."""
+    path = Path(workdir) / STEP_ACTIONS_FILE
+    if path.exists() and not path.read_bytes().endswith(b"\n"):
+        path.write_text("".join(json.dumps(r) + "\n" for r in read_jsonl(path)), encoding="utf-8")
 
     def record(update) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps({"traj_id": t.traj_id, "task_id": t.task_id, "won": bool(t.won),
+                             "actions": [s.action if s.valid else "" for s in t.steps],
+                             "valid": [bool(s.valid) for s in t.steps]}) + "\n" for t in update.trajectories]
         with open(path, "a", encoding="utf-8") as f:
-            for t in update.trajectories:
-                f.write(json.dumps({"traj_id": t.traj_id, "task_id": t.task_id, "won": bool(t.won),
-                                    "actions": [s.action if s.valid else "" for s in t.steps],
-                                    "valid": [bool(s.valid) for s in t.steps]}) + "\n")
+            f.write("".join(lines))
 
     return record
 
@@ -110,10 +120,6 @@ def arms_of(config) -> list[str]:
 
 def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds: list[int] | None = None) -> dict:
     """Run (or resume) the whole study; returns the results dict also written to results.json."""
-    from seed_jax.launch import run_pipeline
-    from seed_jax.study.bc import run_stage0
-    from seed_jax.study.report import write_report
-
     out = Path(out_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
     arms = arms or arms_of(config)
@@ -158,8 +164,6 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
             save_timings()
     probe_path = out / "probe.json"
     if int(config.study.get("probe_tasks", 0)) > 0 and not probe_path.exists():
-        from seed_jax.study.probe import probe_checkpoints
-
         probe = _timed(timings, "probe", lambda: probe_checkpoints(config, out, arms, seeds))
         probe_path.write_text(json.dumps(probe, indent=1))
         save_timings()

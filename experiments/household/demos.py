@@ -16,7 +16,7 @@ omniscient (it knows where hidden objects are), so a policy cloned from it must 
 search: the cloned policy sits at a middling success rate.
 
 Each step also records the expert's response at that state (``expert_response``), which the
-skill-reading examples of stage 0 use (see `seed_jax.study.bc`). A `Demo` converts to the
+skill-reading examples of stage 0 use (see `experiments.household.bc`). A `Demo` converts to the
 pipeline's `Trajectory` (for x_tau) and to the scripted annotator's `EpisodeRecord`.
 """
 

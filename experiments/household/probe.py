@@ -2,7 +2,7 @@
 
 The OPD gate only helps when the teacher twin ``pi(. | H(h, s))`` prefers good actions more
 than the student ``pi(. | h)`` does. The probe measures that directly on fresh noisy expert
-demonstrations (`seed_jax.study.demos.noisy_episode`, so the sampled command at every step is
+demonstrations (`experiments.household.demos.noisy_episode`, so the sampled command at every step is
 known to be expert-consistent or not) for three choices of the skill ``s`` of a demonstration:
 
 - ``own``: the scripted analyzer's skill of that same demonstration (accurate hindsight);
@@ -29,9 +29,22 @@ a shuffled hint should give neither.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from experiments.household.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
+from experiments.household.demos import noisy_episode
+from experiments.household.report import arm_dir
+from seed_jax.pipeline.environments import make_benchmark
+from seed_jax.pipeline.runtime import load_policy
+from seed_jax.rollout.analyzer import analyze_trajectories
+from seed_jax.buckets import round_up
+from seed_jax.rollout.loop import make_prompt_encoder
+from seed_jax.train.batch import pack_rows
+from seed_jax.skills import insert_skill
+from seed_jax.train.logprobs import compute_logprobs
 
 CONDITIONS = ("own", "shuffled", "self")
 
@@ -39,10 +52,6 @@ CONDITIONS = ("own", "shuffled", "self")
 def _logprobs(model, tok, prompts: Sequence[str], responses: Sequence[str], micro_batch: int,
               max_prompt_tokens: int) -> list[np.ndarray]:
     """Per pair, the token log-probs of ``response + EOS`` after the chat-templated prompt."""
-    from seed_jax.rollout.batch import left_pad, right_pad, round_up
-    from seed_jax.study.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
-    from seed_jax.train.logprobs import compute_logprobs
-
     encoded = encode_examples([(p, r, "") for p, r in zip(prompts, responses)], tok, max_prompt_tokens,
                               RESPONSE_BUCKETS[-1])
     p_ids, r_ids = [p for p, _ in encoded], [r for _, r in encoded]
@@ -51,10 +60,8 @@ def _logprobs(model, tok, prompts: Sequence[str], responses: Sequence[str], micr
     for i, (p, r) in enumerate(encoded):
         groups.setdefault((round_up(len(p), PROMPT_BUCKETS), round_up(len(r), RESPONSE_BUCKETS)), []).append(i)
     for (P, R), idx in sorted(groups.items()):
-        pi, pm = left_pad([p_ids[i] for i in idx], P, tok.pad_token_id)
-        ri, rm = right_pad([r_ids[i] for i in idx], R, tok.pad_token_id)
-        logp = compute_logprobs(model.params, model.config, np.concatenate([pi, ri], 1),
-                                np.concatenate([pm, rm], 1), P, R, micro_batch)
+        ids, mask, _ = pack_rows([p_ids[i] for i in idx], [r_ids[i] for i in idx], P, R, tok.pad_token_id)
+        logp = compute_logprobs(model.params, model.config, ids, mask, P, R, micro_batch)
         for row, i in enumerate(idx):
             out[i] = logp[row, :len(r_ids[i])]
     return out  # type: ignore[return-value]
@@ -78,11 +85,6 @@ def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_
                   max_prompt_tokens: int = 1024, analyzer_max_new_tokens: int = 192,
                   success_threshold: float = 5.0) -> dict:
     """{condition: summary} of the module docstring, plus 'self_parse_rate'."""
-    from seed_jax.rollout.analyzer import analyze_trajectories
-    from seed_jax.rollout.loop import make_prompt_encoder
-    from seed_jax.skills import insert_skill
-    from seed_jax.study.demos import noisy_episode
-
     rng = random.Random(f"probe:{seed}")
     demos = [noisy_episode(t, rng, noise, 0.0, max_steps, history_window) for t in tasks]
     own = [d.skill() for d in demos]
@@ -119,12 +121,6 @@ def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_
 def probe_checkpoints(config, out, arms: Sequence[str], seeds: Sequence[int]) -> dict:
     """The probe of the stage-1 checkpoint and of the final policy of the first seed of the
     GRPO and SEED arms (those present), on the first ``study.probe_tasks`` training tasks."""
-    from pathlib import Path
-
-    from seed_jax.pipeline.environments import make_benchmark
-    from seed_jax.pipeline.runtime import load_policy
-    from seed_jax.study.report import arm_dir
-
     out = Path(out)
     bench = make_benchmark(config.env)
     tasks = bench.tasks(bench.train_split)[:int(config.study.probe_tasks)]

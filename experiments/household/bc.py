@@ -8,7 +8,7 @@ brings that last ability from pre-training; a from-scratch model must be shown i
 the teacher pass of OPD would see an out-of-distribution prompt and the study could not
 test the method at all. So stage 0 clones two kinds of pairs (prompt -> response + EOS):
 
-- *acting*: every step of noisy expert demonstrations (`seed_jax.study.demos`), the
+- *acting*: every step of noisy expert demonstrations (`experiments.household.demos`), the
   ordinary prompt h_t -> the demonstrator's response (detours and invalid responses
   included, so the clone inherits them);
 - *hint reading*: for a share ``skill_share`` of the steps, ``H(h_t, s)`` -> the expert's
@@ -39,11 +39,11 @@ Training (all with `seed_jax.train.sft.make_sft_step`, AdamW):
 3. *acting + analyzer* (``analyzer_steps``, `train_multitask`): acting batches and analyzer
    batches (answer-only loss) alternate, at ``analyzer_lr``.
 
-The thinking text starts with the task sentence (``restate_task``, `seed_jax.study.demos`), so
+The thinking text starts with the task sentence (``restate_task``, `experiments.household.demos`), so
 the long-range copy is one contiguous span and later mentions are short-range copies.
 
 The model is a Llama-type decoder (`seed_jax.models.ModelConfig`, tied embeddings) over the
-word tokenizer (`seed_jax.models.word_tokenizer.build_household_tokenizer`); it is saved as a
+word tokenizer (`experiments.household.tokenizer.build_household_tokenizer`); it is saved as a
 Hugging Face directory with `seed_jax.pipeline.runtime.save_policy`, so ``config.model.path``
 can point at it and the pipeline loads it with `load_policy`.
 """
@@ -62,8 +62,24 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from seed_jax.rollout.batch import left_pad, right_pad, round_up
-from seed_jax.study.demos import Demo, noisy_episode, subgoal_texts
+from envs.household import HouseholdEnv, annotate_json, household_task_config, make_tasks
+from experiments.household.demos import Demo, noisy_episode, subgoal_texts
+from experiments.household.tokenizer import build_household_tokenizer
+from seed_jax.metrics import StageProgress
+from seed_jax.models import Model, ModelConfig, load_model
+from seed_jax.models.decoder import init_params
+from seed_jax.pipeline.environments import make_benchmark
+from seed_jax.pipeline.runtime import rollout_settings, save_policy
+from seed_jax.pipeline.stage1 import rollout_summary
+from seed_jax.buckets import round_up
+from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
+from seed_jax.rollout.pool import open_env_pool
+from seed_jax.skills import build_analyzer_prompt, insert_skill
+from seed_jax.train.batch import SftBatch, pack_rows
+from seed_jax.train.config import TrainConfig
+from seed_jax.train.mesh import make_mesh
+from seed_jax.train.sft import make_sft_step
+from seed_jax.train.state import create_sharded_state
 
 log = logging.getLogger("seed_jax")
 
@@ -73,36 +89,37 @@ RESPONSE_BUCKETS = (16, 32, 64, 128)
 
 @dataclasses.dataclass(frozen=True)
 class BCConfig:
-    """Stage-0 settings (``config.stage0`` of `configs.household`)."""
+    """Stage-0 settings: a typed view of ``config.stage0``; the values (one place, every preset)
+    are in `configs.household`."""
 
-    hidden: int = 64
-    layers: int = 2
-    heads: int = 4
-    kv_heads: int = 2
-    num_tasks: int = 400  # demonstration tasks (seen combinations, their own task seed)
-    task_seed: int = 1000
-    episodes_per_task: int = 1
-    noise: float = 0.25  # share of detours (random admissible non-optimal commands)
-    invalid: float = 0.03  # share of invalid responses
-    nothing: float = 0.05  # share of well-formed non-admissible commands
-    skill_share: float = 0.3  # share of steps also shown as hint-reading examples
-    include_plan: bool = False  # the hint's skill holds the shortest plan
-    restate_task: bool = True  # thinking text starts with the task sentence
-    copy_steps: int = 300  # synthetic induction warm-up steps (0 = none)
-    lm_weight: float = 0.25  # expected weight of the language-modelling term on prompt tokens
-    steps: int = 1000  # behaviour-cloning optimizer steps (epochs cycle as needed)
-    batch_size: int = 16
-    lr: float = 2e-3
-    warmup_steps: int = 20
-    analyzer_steps: int = 300  # multi-task phase: acting and analyzer batches alternate
-    analyzer_batch: int = 8
-    analyzer_noises: tuple = (0.1, 0.3, 0.5)  # detour shares of the analyzer demos (successes and failures)
-    analyzer_lr: float = 5e-4
-    eval_tasks: int = 32
-    seed: int = 0
+    hidden: int  # model width (head_dim = hidden / heads, MLP width 2 x hidden)
+    layers: int  # decoder layers
+    heads: int  # attention heads
+    kv_heads: int  # key / value heads (grouped-query attention)
+    num_tasks: int  # demonstration tasks (seen combinations, their own task seed)
+    task_seed: int  # seed of the demonstration tasks (apart from the env's train / eval seeds)
+    episodes_per_task: int  # demonstrations per task
+    noise: float  # share of detours (random admissible non-optimal commands)
+    invalid: float  # share of invalid responses
+    nothing: float  # share of well-formed non-admissible commands
+    skill_share: float  # share of steps also shown as hint-reading examples
+    include_plan: bool  # the hint's skill holds the shortest plan
+    restate_task: bool  # thinking text starts with the task sentence
+    copy_steps: int  # synthetic induction warm-up steps (0 = none)
+    lm_weight: float  # expected weight of the language-modelling term on prompt tokens
+    steps: int  # behaviour-cloning optimizer steps (epochs cycle as needed)
+    batch_size: int  # BC (and acting) rows per optimizer step
+    lr: float  # peak learning rate of the warm-up and BC phases
+    warmup_steps: int  # linear warm-up steps of every phase (capped by its length)
+    analyzer_steps: int  # multi-task phase: acting and analyzer batches alternate
+    analyzer_batch: int  # analyzer rows per multi-task analyzer step
+    analyzer_noises: tuple  # detour shares of the analyzer demos (successes and failures)
+    analyzer_lr: float  # constant learning rate of the multi-task phase
+    eval_tasks: int  # seen tasks of the stage-0 evaluation
+    seed: int  # initialisation, demonstration noise, hint choice and batch order
 
     @classmethod
-    def from_config(cls, cd) -> "BCConfig":
+    def from_config(cls, cd) -> BCConfig:
         fields = {f.name for f in dataclasses.fields(cls)}
         kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in dict(cd).items() if k in fields}
         return cls(**kw)
@@ -110,15 +127,11 @@ class BCConfig:
 
 def build_tokenizer():
     """The study's word tokenizer: household env + annotator + analyzer prompt + subgoal words."""
-    from seed_jax.models.word_tokenizer import build_household_tokenizer
-
     return build_household_tokenizer(extra_texts=subgoal_texts())
 
 
 def model_config(tok, bc: BCConfig, max_positions: int = 4096):
     """A Llama-type decoder over the tokenizer's vocabulary, tied embeddings."""
-    from seed_jax.models import ModelConfig
-
     h = bc.hidden
     if h % bc.heads:
         raise ValueError(f"stage0.hidden ({h}) must be a multiple of stage0.heads ({bc.heads})")
@@ -139,8 +152,6 @@ def bc_examples(demos: Sequence[Demo], skill_share: float, seed: int = 0,
                 include_plan: bool = False) -> list[tuple[str, str, str]]:
     """(prompt text, response text, kind) pairs: every step as 'act', plus 'hint' pairs
     (H(h_t, skill of the demo) -> expert response) for a seeded share of the steps."""
-    from seed_jax.skills import insert_skill
-
     rng = random.Random(f"hints:{seed}")
     out = []
     for d in demos:
@@ -155,8 +166,6 @@ def bc_examples(demos: Sequence[Demo], skill_share: float, seed: int = 0,
 
 def encode_examples(examples, tok, max_prompt_tokens: int, max_response_tokens: int):
     """[(prompt ids (chat-templated, left-truncated), response ids + EOS)]."""
-    from seed_jax.rollout.loop import make_prompt_encoder
-
     encode = make_prompt_encoder(tok)
     out = []
     for prompt, response, _ in examples:
@@ -193,19 +202,16 @@ def bc_batches(encoded, batch_size: int, rng: random.Random, pad_id: int, lm_wei
         if lm:
             firsts = [encoded[i][0][:1] for i in idx]
             rests = [encoded[i][0][1:] + encoded[i][1] for i in idx]
-            p_ids, p_mask = left_pad(firsts, P, pad_id)
-            a_ids, a_mask = right_pad(rests, R, pad_id)
-            loss = a_mask.astype(np.float32)
+            ids, mask, r_mask = pack_rows(firsts, rests, P, R, pad_id)
+            loss = r_mask.astype(np.float32)
             keep = np.random.default_rng(rng.getrandbits(64)).random(loss.shape) < lm_weight
             for row, i in enumerate(idx):
                 n_prompt = len(encoded[i][0]) - 1
                 loss[row, :n_prompt] *= keep[row, :n_prompt]
         else:
-            p_ids, p_mask = left_pad([encoded[i][0] for i in idx], P, pad_id)
-            a_ids, a_mask = right_pad([encoded[i][1] for i in idx], R, pad_id)
-            loss = a_mask.astype(np.float32)
-        yield {"input_ids": np.concatenate([p_ids, a_ids], 1), "attention_mask": np.concatenate([p_mask, a_mask], 1),
-               "loss_mask": loss}
+            ids, mask, r_mask = pack_rows([encoded[i][0] for i in idx], [encoded[i][1] for i in idx], P, R, pad_id)
+            loss = r_mask.astype(np.float32)
+        yield SftBatch(input_ids=ids, attention_mask=mask, loss_mask=loss)
 
 
 def num_batches(encoded, batch_size: int, lm: bool = False) -> int:
@@ -242,16 +248,12 @@ def copy_batch(rng: np.random.Generator, vocab_size: int, batch: int = 32, lengt
         rows.append(rng.choice(alphabet, length))
     x = np.asarray(rows, np.int32)
     ids = np.concatenate([np.full((batch, 1), 2, np.int32), x, np.full((batch, 1), 5, np.int32), x], 1)
-    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "loss_mask": np.ones((batch, length), np.float32)}
+    return SftBatch(input_ids=ids, attention_mask=np.ones_like(ids), loss_mask=np.ones((batch, length), np.float32))
 
 
 def sft_trainer(params, model_cfg, mesh, seed: int, **train):
     """``(state, step)``: AdamW state and the project's SFT step (`seed_jax.train.sft`) for one
     stage-0 phase; ``train`` holds the phase's `TrainConfig` fields (lr, schedule, ...)."""
-    from seed_jax.train.config import TrainConfig
-    from seed_jax.train.sft import make_sft_step
-    from seed_jax.train.state import create_sharded_state
-
     tc = TrainConfig(weight_decay=0.01, grad_clip=1.0, c_ent=0.0, c_kl=0.0, lambda_opd=0.0, **train)
     return create_sharded_state(params, tc, mesh, rng=seed), make_sft_step(model_cfg, tc, mesh)
 
@@ -302,9 +304,6 @@ def analyzer_examples(demos: Sequence[Demo], max_chars: int, success_threshold: 
                       include_plan: bool = False) -> list[tuple[str, str, str]]:
     """(x_tau, scripted JSON answer, 'analyze') per demonstration: the stage-1 record format
     (`seed_jax.skills.build_analyzer_prompt`, `envs.household.annotate_json`)."""
-    from envs.household import annotate_json
-    from seed_jax.skills import build_analyzer_prompt
-
     return [(build_analyzer_prompt(d.to_trajectory(f"demo#{i}"), success_threshold, max_chars=max_chars),
              annotate_json(d.record(), include_plan), "analyze") for i, d in enumerate(demos)]
 
@@ -335,10 +334,6 @@ def train_multitask(params, model_cfg, act_encoded, ana_encoded, bc: BCConfig, m
 
 def evaluate_policy(model, tok, tasks: Sequence[dict], bench, settings, seed: int = 0, params=None) -> dict:
     """Success / return / invalid rate of the policy on `tasks` (group size from `settings`)."""
-    from seed_jax.pipeline.stage1 import rollout_summary
-    from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
-    from seed_jax.rollout.pool import open_env_pool
-
     with open_env_pool(bench.factory, num_workers=0, seed=seed) as pool:
         trajs = run_rollouts(pool, model, tok, tasks, settings, params=params, seed=seed,
                              encode_prompt=make_prompt_encoder(tok), tag="s0/", progress=False)
@@ -348,8 +343,6 @@ def evaluate_policy(model, tok, tasks: Sequence[dict], bench, settings, seed: in
 def random_policy_success(tasks: Sequence[dict], max_steps: int, history_window: int, seed: int = 0,
                           episodes: int = 4) -> float:
     """Success rate of a policy that sends a uniformly random admissible command every step."""
-    from envs.household import HouseholdEnv
-
     rng = random.Random(f"random-policy:{seed}")
     wins, n = 0, 0
     for task in tasks:
@@ -365,9 +358,6 @@ def random_policy_success(tasks: Sequence[dict], max_steps: int, history_window:
 
 
 def demo_tasks(bc: BCConfig, env_cfg) -> list[dict]:
-    from envs.household import make_tasks
-    from seed_jax.study.scripted import household_task_config
-
     return make_tasks("seen", bc.num_tasks, seed=bc.task_seed, config=household_task_config(env_cfg))
 
 
@@ -379,13 +369,6 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
     evaluation temperature on held-out seen tasks, random-policy success, wall time).
     Skipped when ``out_dir/stage0.json`` exists (unless ``force``).
     """
-    from seed_jax.metrics import StageProgress
-    from seed_jax.models import Model
-    from seed_jax.models.decoder import init_params
-    from seed_jax.pipeline.environments import make_benchmark
-    from seed_jax.pipeline.runtime import rollout_settings, save_policy
-    from seed_jax.train.mesh import make_mesh
-
     out_dir = Path(out_dir)
     marker = out_dir / "stage0.json"
     if marker.exists() and not force:
@@ -405,8 +388,6 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
     phase_b = out_dir.parent / (out_dir.name + "_bc")
     info_b = phase_b / "phase_b.json"
     if info_b.exists() and not force:  # resume: copy warm-up + BC already done
-        from seed_jax.models import load_model
-
         params = load_model(phase_b).params
         copy_losses, losses = [], []
         done_b = json.loads(info_b.read_text())
@@ -424,7 +405,8 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
         info_b.write_text(json.dumps(done_b, indent=1))
     t_mt = time.time()
     ana_demos = analyzer_demos(tasks, bc, bench.spec.max_steps, bench.spec.history_window)
-    ana = analyzer_examples(ana_demos, int(env_cfg.get("analyzer_max_chars", 3072)),
+    # x_tau at the budget of every analyzer (`AnalysisContext.max_prompt_chars`)
+    ana = analyzer_examples(ana_demos, 3 * config.analysis.max_prompt_tokens,
                             bench.spec.success_threshold, bool(env_cfg.get("skill_plan", False)))
     ana_encoded = encode_examples(ana, tok, config.analysis.max_prompt_tokens, config.stage1.max_answer_tokens)
     bar = StageProgress(bc.analyzer_steps, "stage-0 acting + analyzer", unit="step")

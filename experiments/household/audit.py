@@ -7,9 +7,8 @@ Inputs of one RL run directory:
   ``g = sigmoid(beta * (l_skill - l_ord))`` per response token under theta_old,
   ``gate_mean`` its token mean over the step's response and ``gate_gt_half`` the share of
   its tokens with ``g > 0.5``;
-- the sampled commands of every RL trajectory: ``rl/trajectories.jsonl`` (full `Trajectory`
-  records) when the RL stage writes it, else ``rl/step_actions.jsonl`` (``{traj_id, task_id,
-  actions}``, written by `seed_jax.study.experiment.step_recorder`).
+- the sampled commands of every RL trajectory: ``rl/step_actions.jsonl`` (``{traj_id,
+  task_id, actions}``, written by the RL callback `experiments.household.experiment.step_recorder`).
 
 A step is *expert-consistent* iff its command is one of the exact expert's optimal commands
 at the state where it was taken (`envs.household.replay`, which re-runs the episode from
@@ -25,48 +24,26 @@ reported separately for consistent and inconsistent rows, per window of updates.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from envs.household import replay
+from seed_jax.metrics import read_jsonl
+
 GATE_FILE = "step_gates.jsonl"
 STEP_ACTIONS_FILE = "rl/step_actions.jsonl"
-TRAJECTORIES_FILE = "rl/trajectories.jsonl"
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:  # a torn last line of an interrupted run
-                    continue
-    return out
 
 
 def read_step_actions(workdir: str | Path) -> dict[str, dict]:
-    """traj_id -> {'task_id', 'actions'} from the RL stage's trajectories (see module docstring)."""
-    workdir = Path(workdir)
-    full = workdir / TRAJECTORIES_FILE
-    if full.exists():
-        out = {}
-        for d in _read_jsonl(full):
-            out[d["traj_id"]] = {"task_id": d["task_id"],
-                                 "actions": [s.get("action", "") if s.get("valid", True) else "" for s in d["steps"]]}
-        return out
-    compact = workdir / STEP_ACTIONS_FILE
-    if compact.exists():
-        return {d["traj_id"]: {"task_id": d["task_id"], "actions": list(d["actions"])} for d in _read_jsonl(compact)}
-    return {}
+    """traj_id -> {'task_id', 'actions'} of the RL stage's trajectories ({} when none were recorded)."""
+    path = Path(workdir) / STEP_ACTIONS_FILE
+    if not path.exists():
+        return {}
+    return {d["traj_id"]: {"task_id": d["task_id"], "actions": list(d["actions"])} for d in read_jsonl(path)}
 
 
 def step_consistency(task: dict, actions: Sequence[str]) -> list[bool]:
     """Per step: was the command one of the expert's optimal commands at that state?"""
-    from envs.household import replay
-
     audits, _, _ = replay(task, list(actions))
     return [a.consistent for a in audits]
 
@@ -157,7 +134,7 @@ def audit_run(workdir: str | Path, tasks_by_id: Mapping[str, dict], num_updates:
     gates_path = workdir / GATE_FILE
     if not gates_path.exists():
         return None
-    gates = _read_jsonl(gates_path)
+    gates = read_jsonl(gates_path)
     actions = read_step_actions(workdir) if actions is None else actions
     joined = join_gates(gates, actions, tasks_by_id)
     return {"gate_rows": len(gates), "joined_rows": len(joined), "summary": summarize(joined, num_updates),

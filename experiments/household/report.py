@@ -8,7 +8,7 @@ the prompt, every task of the split once) of
   RL stage) and at the final update (``eval/final_<split>.json``, the eval stage).
 
 Across seeds: mean and sample standard deviation (ddof = 1; '-' for one seed), in percent.
-The audit table is `seed_jax.study.audit.summarize` pooled over seeds: every joined
+The audit table is `experiments.household.audit.summarize` pooled over seeds: every joined
 step-sample of the arm's seeds in that window, token-weighted.
 """
 
@@ -20,6 +20,11 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from experiments.household.audit import audit_run, consistency_by_update, read_step_actions
+from seed_jax.metrics import METRICS_FILE, MetricsWriter
+from seed_jax.pipeline.environments import make_benchmark
+from seed_jax.report import collect_series, new_figure, save_figure
 
 ARM_LABELS = {"sft_grpo": "GRPO (stage-1 SFT, lambda_opd=0)", "seed": "SEED", "seed_static": "SEED-static",
               "seed_shuffled": "SEED-shuffled"}
@@ -57,31 +62,13 @@ def fmt_pct(mean: float | None, std: float | None) -> str:
     return f"{100 * mean:.1f}" + (f" ± {100 * std:.1f}" if std is not None else "")
 
 
-def read_metrics(workdir: Path) -> list[dict]:
-    p = workdir / "metrics.jsonl"
-    if not p.exists():
-        return []
-    out = []
-    for line in p.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
-def series(records: list[dict], key: str) -> dict[int, float]:
-    """step -> last value of `key` at that step."""
-    out = {}
-    for r in records:
-        if r.get(key) is not None:
-            out[int(r["step"])] = float(r[key])
-    return out
+def metric_series(records: list[dict]) -> dict[str, dict[int, float]]:
+    """metric key -> {step: last value of the key at that step} (steps without a value left out)."""
+    return {k: {int(st): float(v) for st, v in zip(ser.steps, ser.values) if np.isfinite(v)}
+            for k, ser in collect_series(records).items()}
 
 
 def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]) -> dict:
-    from seed_jax.study.audit import audit_run, consistency_by_update, read_step_actions
-
     splits = tuple(config.env.eval_splits)
     mid_tag = f"rl_{config.rl.eval_every:06d}" if config.rl.eval_every else None
     res: dict = {"splits": list(splits), "num_updates": config.rl.num_updates, "mid_update": config.rl.eval_every,
@@ -95,8 +82,6 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
                     ("stage1_annotate", out / "base" / "stages" / "annotate.json"),
                     ("stage1_sft", out / "base" / "stages" / "sft.json")):
         res[name] = json.loads(p.read_text()) if p.exists() else None
-    from seed_jax.pipeline.environments import make_benchmark
-
     bench = make_benchmark(config.env)
     tasks_by_id = {t["task_id"]: t for t in bench.tasks(bench.train_split)}
     for arm in arms:
@@ -105,16 +90,16 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
             wd = arm_dir(out, arm, seed)
             if not wd.exists():
                 continue
-            recs = read_metrics(wd)
+            recs = metric_series(MetricsWriter.read(wd)) if (wd / METRICS_FILE).exists() else {}
             actions = read_step_actions(wd)
             per_seed[str(seed)] = {
                 "final": {s: eval_success(wd, "final", s) for s in splits},
                 "mid": {s: eval_success(wd, mid_tag, s) for s in splits} if mid_tag else {},
-                "train_success": series(recs, "rollout/success_rate"),
-                "parse_rate": series(recs, "analysis/parse_rate"),
-                "opd_gate_mean": series(recs, "train/gate_mean"),
-                "opd_active_share": series(recs, "train/active_share"),
-                "teacher_gap": series(recs, "train/teacher_gap"),
+                "train_success": recs.get("rollout/success_rate", {}),
+                "parse_rate": recs.get("analysis/parse_rate", {}),
+                "opd_gate_mean": recs.get("train/gate_mean", {}),
+                "opd_active_share": recs.get("train/active_share", {}),
+                "teacher_gap": recs.get("train/teacher_gap", {}),
                 "consistency": {str(u): v for u, v in consistency_by_update(actions, tasks_by_id).items()},
                 "audit": audit_run(wd, tasks_by_id, config.rl.num_updates, actions),
             }
@@ -254,21 +239,12 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
     return "\n".join(lines) + "\n"
 
 
-def _fig(nrows=1, ncols=1, size=(7.0, 4.0)):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=size)
-    FigureCanvasAgg(fig)
-    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(nrows * ncols)]
-    return fig, axes
-
-
 def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
     """Left: training-rollout success per update (mean over seeds, band = ±1 std, 3-update
     moving average). Middle: share of expert-consistent rollout actions per update (pooled
     over seeds). Right: eval success at the start, 60 % and final update per split."""
-    fig, (ax, ax3, ax2) = _fig(1, 3, (17.0, 4.4))
+    fig, axes = new_figure(1, 3, (17.0 / 3, 4.4))
+    ax, ax3, ax2 = axes[0]
     U, mid = res["num_updates"], res["mid_update"]
     for arm in arms:
         ds = list(res["arms"].get(arm, {}).values())
@@ -303,12 +279,10 @@ def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
     ax3.set_title("Rollout actions the exact expert would take")
     ax3.legend(fontsize=7)
     ax2.set_xlabel("RL update")
-    ax2.set_ylabel(f"eval success")
+    ax2.set_ylabel("eval success")
     ax2.set_title("Evaluation: seen (solid) / unseen (dashed)")
     ax2.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def plot_gates(res: dict, arms: Sequence[str], path: Path) -> Path | None:
@@ -317,7 +291,8 @@ def plot_gates(res: dict, arms: Sequence[str], path: Path) -> Path | None:
     audited = [a for a in arms if any(d.get("audit") for d in res["arms"].get(a, {}).values())]
     if not audited:
         return None
-    fig, (ax,) = _fig(1, 1, (7.0, 4.2))
+    fig, axes = new_figure(1, 1, (7.0, 4.2))
+    ax = axes[0, 0]
     for i, arm in enumerate(audited):
         for kind, style in (("consistent", "-"), ("inconsistent", "--")):
             acc: dict[int, list[tuple[float, float]]] = {}
@@ -336,9 +311,7 @@ def plot_gates(res: dict, arms: Sequence[str], path: Path) -> Path | None:
     ax.set_ylabel("mean OPD gate (theta_old)")
     ax.set_title("Skill audit: gate on expert-consistent vs inconsistent actions")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def write_report(config, out: str | Path, arms: Sequence[str], seeds: Sequence[int]) -> dict:
