@@ -66,10 +66,10 @@ def main():
         prompts = [apply_chat(tok, questions[i % len(questions)]) for i in range(B)]
         enc = tok(prompts, return_tensors="pt", padding=True)
 
-        def run_jax():
+        def run_jax(prompts=prompts):
             return generate(jmodel, tok, prompts, max_new_tokens=N, temperature=0.0, ignore_eos=True)
 
-        def run_torch():
+        def run_torch(enc=enc):
             with torch.no_grad():
                 return hf.generate(**enc, max_new_tokens=N, min_new_tokens=N, do_sample=False,
                                    pad_token_id=tok.pad_token_id)

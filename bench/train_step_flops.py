@@ -23,6 +23,7 @@ Figures are printed, nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import tempfile
 import time
@@ -36,8 +37,7 @@ from seed_jax.train.config import TrainConfig
 from seed_jax.train.mesh import make_mesh
 from seed_jax.train.state import create_sharded_state
 from seed_jax.train.step import make_train_step
-from seed_jax.train.synthetic import (random_params, smollm2_135m_config, synthetic_seed_batch,
-                                      tiny_config)
+from seed_jax.train.synthetic import random_params, smollm2_135m_config, synthetic_seed_batch, tiny_config
 
 TC = TrainConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0, c_ent=0.001, c_kl=0.01,
                  lambda_opd=0.01, beta_opd=5.0)
@@ -149,7 +149,7 @@ def main():
               f"MFU {a_seed / j['step_s'] / peak:6.1%}  loss[0] {j['loss']:.6f}")
         if not args.no_torch:
             with tempfile.TemporaryDirectory() as wd:
-                run = lambda n: torch_bench(cfg, j["params"], batch, args.steps, P, Pt, R, n, wd)  # noqa: E731
+                run = functools.partial(torch_bench, cfg, j["params"], batch, args.steps, P, Pt, R, workdir=wd)
                 t = run(os.cpu_count() or 1)
                 if t["step_s"] < 5.0 and t["threads"] > 1:
                     # Small models: one OpenMP thread can beat several (overhead-bound).

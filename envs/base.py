@@ -94,5 +94,5 @@ class Environment(abc.ABC):
     def task_description(self) -> str:
         """The task sentence of the current episode (used by the analyzer input x_tau)."""
 
-    def close(self) -> None:  # pragma: no cover - default no-op
+    def close(self) -> None:  # noqa: B027 - a default no-op hook, not abstract
         """Release engine resources."""

@@ -1,14 +1,22 @@
-"""JSON-lines files of typed records: one ``record.to_json()`` line per record, UTF-8.
+"""JSON-lines files, UTF-8, one JSON object per line.
 
-Used for trajectories (`seed_jax.rollout.trajectory`) and stage-1 SFT records
-(`seed_jax.skills`); each record type brings its own ``to_json`` / ``from_json``.
+- Typed records (`write_records` / `iter_records`): trajectories (`seed_jax.rollout.trajectory`)
+  and stage-1 SFT records (`seed_jax.skills`); each record type brings its own ``to_json`` /
+  ``from_json``.
+- Append-only logs of dicts (`append_jsonl` / `read_jsonl`): metrics.jsonl, skills.jsonl and
+  the other per-update logs. Appends are crash-safe: one write of whole lines, then flush and
+  ``os.fsync``; `repair_torn_tail` removes a line torn by a kill before the next append, and
+  `read_jsonl` skips one at the end with a warning.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol, TypeVar
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -41,3 +49,78 @@ def iter_records(path: str | os.PathLike, from_json: Callable[[str], T], what: s
             except (ValueError, TypeError, KeyError) as e:
                 raise ValueError(f"{path}:{lineno}: not a {what} record: {e}") from e
             yield rec
+
+
+def repair_torn_tail(path: Path) -> None:
+    """Make ``path`` end with a newline before appending: a final line without one is completed
+    when it is a whole JSON object, else (torn by a kill mid-write) truncated away with a warning."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        pos, keep = size, 0
+        while pos > 0:  # scan backwards for the last newline
+            start = max(0, pos - 65536)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            idx = chunk.rfind(b"\n")
+            if idx >= 0:
+                keep = start + idx + 1
+                break
+            pos = start
+        f.seek(keep)
+        tail = f.read()
+        try:
+            whole = isinstance(json.loads(tail.decode("utf-8")), dict)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            whole = False
+        if whole:
+            f.seek(size)
+            f.write(b"\n")
+        else:
+            warnings.warn(f"{path}: removing a torn last line ({size - keep} bytes) before "
+                          "appending", stacklevel=3)
+            f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def append_jsonl(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
+    """Append ``records`` as strict-JSON lines in one write, then flush and fsync."""
+    text = "".join(json.dumps(r, allow_nan=False, ensure_ascii=False) + "\n" for r in records)
+    if not text:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Records of a jsonl file. A torn last line (invalid JSON: the process was killed while
+    writing it) is skipped with a warning; an invalid line elsewhere raises ``ValueError``
+    naming file and line."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    out = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1:
+                warnings.warn(f"{path}: skipping torn last line {i + 1} ({e.msg})", stacklevel=2)
+                continue
+            raise ValueError(f"{path}: line {i + 1} is not valid JSON ({e.msg})") from e
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}: line {i + 1} is not a JSON object")
+        out.append(rec)
+    return out

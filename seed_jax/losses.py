@@ -252,7 +252,7 @@ def kl_penalty(logp: jax.Array, ref_logp: jax.Array, kind: str = "low_var_kl") -
     try:
         fn = KL_ESTIMATORS[kind]
     except KeyError:
-        raise ValueError(f"unknown KL kind {kind!r}; choose one of {sorted(KL_ESTIMATORS)}")
+        raise ValueError(f"unknown KL kind {kind!r}; choose one of {sorted(KL_ESTIMATORS)}") from None
     _check_same_shape("logp", logp, ref_logp=ref_logp)
     return fn(logp, ref_logp)
 
@@ -446,7 +446,7 @@ def group_advantages(
     except KeyError:
         raise ValueError(
             f"unknown advantage mode {mode!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)}"
-        )
+        ) from None
     return fn(rewards, group_ids, eps)
 
 

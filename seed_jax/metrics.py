@@ -24,98 +24,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import time
-import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from seed_jax.jsonl import append_jsonl, read_jsonl, repair_torn_tail
+
 METRICS_FILE = "metrics.jsonl"
 SKILLS_FILE = "skills.jsonl"
 TB_DIR = "tb"
 _RESERVED = ("step", "time")
-
-
-# --------------------------------------------------------------------------- jsonl primitives
-
-def _repair_torn_tail(path: Path) -> None:
-    """Make ``path`` end with a newline before appending: a final line without one is completed
-    when it is a whole JSON object, else (torn by a kill mid-write) truncated away with a warning."""
-    if not path.exists():
-        return
-    with open(path, "rb+") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return
-        pos, keep = size, 0
-        while pos > 0:  # scan backwards for the last newline
-            start = max(0, pos - 65536)
-            f.seek(start)
-            chunk = f.read(pos - start)
-            idx = chunk.rfind(b"\n")
-            if idx >= 0:
-                keep = start + idx + 1
-                break
-            pos = start
-        f.seek(keep)
-        tail = f.read()
-        try:
-            whole = isinstance(json.loads(tail.decode("utf-8")), dict)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            whole = False
-        if whole:
-            f.seek(size)
-            f.write(b"\n")
-        else:
-            warnings.warn(f"{path}: removing a torn last line ({size - keep} bytes) before "
-                          "appending", stacklevel=3)
-            f.truncate(keep)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _append_lines(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
-    """Append ``records`` as strict-JSON lines in one write, then flush and fsync."""
-    text = "".join(json.dumps(r, allow_nan=False, ensure_ascii=False) + "\n" for r in records)
-    if not text:
-        return
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Records of a jsonl file. A torn last line (invalid JSON: the process was killed while
-    writing it) is skipped with a warning; an invalid line elsewhere raises ``ValueError``
-    naming file and line."""
-    path = Path(path)
-    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    out = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            if i == len(lines) - 1:
-                warnings.warn(f"{path}: skipping torn last line {i + 1} ({e.msg})", stacklevel=2)
-                continue
-            raise ValueError(f"{path}: line {i + 1} is not valid JSON ({e.msg})") from e
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}: line {i + 1} is not a JSON object")
-        out.append(rec)
-    return out
 
 
 def _to_float(key: str, value: Any) -> float | None:
@@ -153,7 +76,7 @@ class MetricsWriter:
         if not enabled:
             return
         self.workdir.mkdir(parents=True, exist_ok=True)
-        _repair_torn_tail(self.path)
+        repair_torn_tail(self.path)
         if tensorboard:
             try:
                 from tensorboardX import SummaryWriter
@@ -183,7 +106,7 @@ class MetricsWriter:
             record[key] = _to_float(key, v)
         if not self.enabled:
             return record
-        _append_lines(self.path, [record])
+        append_jsonl(self.path, [record])
         if self._tb is not None:
             for key, v in record.items():
                 if key not in _RESERVED and v is not None:
@@ -273,7 +196,7 @@ class SkillLog:
         self.enabled = enabled
         if enabled:
             self.workdir.mkdir(parents=True, exist_ok=True)
-            _repair_torn_tail(self.path)
+            repair_torn_tail(self.path)
 
     def write(self, records: SkillLogEntry | Iterable[SkillLogEntry]) -> None:
         if isinstance(records, SkillLogEntry):
@@ -284,7 +207,7 @@ class SkillLog:
                 raise TypeError(f"SkillLog.write expects SkillLogEntry, got {type(r).__name__}")
             rows.append(r.to_json())
         if self.enabled:
-            _append_lines(self.path, rows)
+            append_jsonl(self.path, rows)
 
     @staticmethod
     def read(workdir: str | os.PathLike) -> list[dict]:

@@ -7,29 +7,32 @@ Reads ``<workdir>/metrics.jsonl`` (``seed_jax.metrics.MetricsWriter``), ``<workd
 Metric-key contract (``step`` = RL update index; a plot or table row exists only when its key
 has data, and other keys are listed in the table as well):
 
-==========================  ====================================================================
-``rollout/success_rate``    share of training episodes that succeeded (0..1)
-``rollout/return``          mean episode return
-``rollout/episode_length``  mean number of agent turns per episode
-``rollout/invalid_rate``    share of actions that failed to parse / were invalid
-``rollout/env_errors``      number of environment errors in the update
-``analysis/parse_rate``     share of analyses whose skill parsed (0..1)
-``train/loss``              total loss
-``train/pg_loss``           GRPO policy-gradient loss
-``train/opd_loss``          gated on-policy distillation loss
-``train/gate_mean``         mean gate g over gated tokens
-``train/gate_gt_half``      share of gated tokens with g > 0.5
-``train/active_share``      share of response tokens that carry the OPD term
-``train/teacher_gap``       mean log-prob shift l_skill - l_ord over gated tokens
-``train/kl``                KL to the reference policy
-``train/entropy``           mean token entropy
-``train/grad_norm``         global gradient norm (before clipping)
-``train/lr``                learning rate
-``perf/tokens_per_s``       training tokens per second
-``time/rollout``            seconds spent in rollouts this update (also ``time/analysis``,
-                            ``time/train``)
-``eval/success_rate``       evaluation success rate (no skills), at evaluation updates
-==========================  ====================================================================
+==============================  ====================================================================
+``rollout/success_rate``        share of training episodes that succeeded (0..1)
+``rollout/return``              mean episode return
+``rollout/episode_length``      mean number of agent turns per episode
+``rollout/invalid_rate``        share of actions that failed to parse / were invalid
+``rollout/env_errors``          number of environment errors in the update
+``analysis/parse_rate``         share of analyses whose skill parsed (0..1)
+``train/*``                     the PPO steps of the update pooled exactly: token means over every
+                                trained token, ``train/optimizer_steps`` / ``train/tokens`` summed
+``train/loss``                  total loss
+``train/pg_loss``               GRPO policy-gradient loss
+``train/opd_loss``              gated on-policy distillation loss
+``train/gate_mean``             mean gate g over gated tokens
+``train/gate_gt_half``          share of gated tokens with g > 0.5
+``train/active_share``          share of response tokens that carry the OPD term
+``train/teacher_gap``           mean log-prob shift l_skill - l_ord over gated tokens
+``train/kl``                    KL to the reference policy
+``train/entropy``               mean token entropy
+``train/grad_norm``             global gradient norm (before clipping)
+``train/lr``                    learning rate
+``perf/rollout_tokens_per_s``   generated response tokens / rollout seconds
+``perf/train_tokens_per_s``     trained response tokens (all epochs) / train seconds
+``time/rollout``                seconds spent in rollouts this update (also ``time/analysis``,
+                                ``time/batch`` (batch and log-prob passes), ``time/train``)
+``eval/success_rate``           evaluation success rate (no skills), at evaluation updates
+==============================  ====================================================================
 
 Eval file schema (``<workdir>/eval/<name>.json``, one per evaluation)::
 
@@ -52,8 +55,9 @@ import dataclasses
 import json
 import math
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -63,13 +67,13 @@ CONTRACT_KEYS: tuple[str, ...] = (
     "rollout/success_rate", "rollout/return", "rollout/episode_length", "rollout/invalid_rate",
     "rollout/env_errors", "analysis/parse_rate", "train/loss", "train/pg_loss", "train/opd_loss",
     "train/gate_mean", "train/gate_gt_half", "train/active_share", "train/teacher_gap", "train/kl",
-    "train/entropy", "train/grad_norm", "train/lr", "perf/tokens_per_s", "time/rollout",
-    "time/analysis", "time/train", "eval/success_rate",
+    "train/entropy", "train/grad_norm", "train/lr", "perf/rollout_tokens_per_s", "perf/train_tokens_per_s",
+    "time/rollout", "time/analysis", "time/batch", "time/train", "eval/success_rate",
 )
 # Direction of "best" per key; keys absent here show no best value.
 BEST: dict[str, str] = {
     "rollout/success_rate": "max", "rollout/return": "max", "analysis/parse_rate": "max",
-    "perf/tokens_per_s": "max", "eval/success_rate": "max",
+    "perf/rollout_tokens_per_s": "max", "perf/train_tokens_per_s": "max", "eval/success_rate": "max",
     "rollout/invalid_rate": "min", "rollout/env_errors": "min",
 }
 EVAL_DIR = "eval"
@@ -312,7 +316,8 @@ def make_plots(series: dict[str, Series], skills: list[dict], evals: list[EvalRe
     if s := have("train/loss", "train/pg_loss", "train/kl", "train/entropy", "train/grad_norm",
                  "train/lr", "train/teacher_gap"):
         made.append(("Training", _grid_plot(out / "train.png", "Training", s)))
-    if s := have("time/rollout", "time/analysis", "time/train", "perf/tokens_per_s"):
+    if s := have("time/rollout", "time/analysis", "time/batch", "time/train", "perf/rollout_tokens_per_s",
+                 "perf/train_tokens_per_s"):
         made.append(("Time and throughput", _grid_plot(out / "time.png", "Time split (s) and "
                                                        "throughput", s)))
     if (p := _eval_plot(out / "eval.png", evals)) is not None:

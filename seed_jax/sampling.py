@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seed_jax.buckets import BUCKETS, round_up, row_bucket
 from seed_jax.models import decoder
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.decoder import KVCache
-
-# Powers of two and 1.5x powers of two: at most a third of a prefill is padding.
-DEFAULT_PROMPT_BUCKETS = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
-                          6144, 8192)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,18 +179,6 @@ def _decode_chunk(uparams, cfg: ModelConfig, state: DecodeState, sp: SamplingPar
     return jax.lax.while_loop(cond, body, state)
 
 
-def _bucket(n: int, buckets: Sequence[int]) -> int:
-    for b in sorted(buckets):
-        if n <= b:
-            return b
-    raise ValueError(f"prompt of {n} tokens is longer than the largest bucket {max(buckets)}; "
-                     "truncate it or add a bucket")
-
-
-def _row_bucket(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def _find_stop(tokenizer, ids: list[int], stop_strings: Sequence[str], start: int) -> int | None:
     """Smallest k >= start such that decode(ids[:k]) contains a stop string, else None."""
     if not stop_strings:
@@ -208,7 +194,7 @@ def _find_stop(tokenizer, ids: list[int], stop_strings: Sequence[str], start: in
 
 def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop_strings: Sequence[str] = (),
-             prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS, chunk: int = 32,
+             prompt_buckets: Sequence[int] = BUCKETS, chunk: int = 32,
              params=None, ignore_eos: bool = False) -> GenerationResult:
     """Generate continuations for a batch of prompts.
 
@@ -231,8 +217,8 @@ def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperatur
         return GenerationResult([], [], [], [])
     if any(len(x) == 0 for x in ids):
         raise ValueError("empty prompt")
-    P = _bucket(max(len(x) for x in ids), prompt_buckets)
-    B = _row_bucket(n)
+    P = round_up(max(len(x) for x in ids), prompt_buckets)
+    B = row_bucket(n)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     tokens = np.full((B, P), pad_id, np.int32)
     mask = np.zeros((B, P), np.int32)

@@ -22,7 +22,8 @@ import dataclasses
 import json
 import os
 import re
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from seed_jax.jsonl import iter_records, write_records
 from seed_jax.lenient_json import json_objects
@@ -207,7 +208,7 @@ def parse_skill(text: Any) -> SkillParse:
             first_failure = first_failure or res
             if first_with_fields is None and "episode_summary" in obj and "episode_skill" in obj:
                 first_with_fields = res
-    except Exception as e:  # noqa: BLE001 - the contract is: never raise on model output
+    except Exception as e:
         return SkillParse("", "", False, f"parser error: {type(e).__name__}")
     return first_with_fields or first_failure or SkillParse("", "", False, "no JSON object")
 
@@ -299,7 +300,7 @@ class SkillRecord:
 
     @classmethod
     def from_parse(cls, traj: Trajectory, prompt: str, parse: SkillParse,
-                   success_threshold: float | None = None) -> "SkillRecord":
+                   success_threshold: float | None = None) -> SkillRecord:
         if not parse.ok:
             raise ValueError(f"SkillRecord.from_parse: trajectory {traj.traj_id} has no valid "
                              f"skill ({parse.reason})")
@@ -311,7 +312,7 @@ class SkillRecord:
         return json.dumps(dataclasses.asdict(self), ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, text: str) -> "SkillRecord":
+    def from_json(cls, text: str) -> SkillRecord:
         d = json.loads(text)
         missing = [k for k in ("prompt", "answer", "traj_id", "outcome") if k not in d]
         if missing:

@@ -24,8 +24,7 @@ TINY_KINDS = ("qwen2", "qwen3", "llama")
 def tiny_hf_model(kind: str, seed: int = 0, **overrides):
     """A tiny random transformers model of `kind` (eval mode, float32)."""
     import torch
-    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                              Qwen3Config, Qwen3ForCausalLM)
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
     common = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -42,7 +41,7 @@ def tiny_hf_model(kind: str, seed: int = 0, **overrides):
     model = cls(cfg).eval()
     with torch.no_grad():  # random (non-unit) norm weights and biases so they are exercised
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or name.endswith(".bias"):
+            if name.endswith(("norm.weight", ".bias")):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p) if name.endswith("weight") else 0.1 * torch.randn_like(p))
     return model
 

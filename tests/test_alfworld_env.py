@@ -85,7 +85,7 @@ def test_games_per_split_and_task_types_match_alfred():
     seen_ids = set()
     for split in SPLITS:
         tasks = list_games(DATA, split)
-        assert collections.Counter(t["task_type"] for t in tasks) == {t: 3 for t in TYPES}
+        assert collections.Counter(t["task_type"] for t in tasks) == dict.fromkeys(TYPES, 3)
         for t in tasks:
             assert set(t) == {"task_id", "game_file", "task_type", "split"}
             assert json.loads(json.dumps(t)) == t
@@ -229,7 +229,7 @@ def test_wrong_sequence_never_wins_and_stops_at_max_steps(env):
     env.reset(task)
     rewards, dones = [], []
     commands = walk[:-1] + ["look"] * (ALFWORLD_SPEC.max_steps - len(walk) + 1)
-    for i, cmd in enumerate(commands):
+    for cmd in commands:
         obs, reward, done, info = env.step(act(cmd))
         rewards.append(reward)
         dones.append(done)

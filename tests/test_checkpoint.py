@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from seed_jax.train.checkpoint import CheckpointMismatchError, Checkpointer
+from seed_jax.train.checkpoint import Checkpointer, CheckpointMismatchError
 from seed_jax.train.config import TrainConfig
 from seed_jax.train.mesh import make_mesh
 from seed_jax.train.state import abstract_train_state, create_sharded_state

@@ -21,8 +21,18 @@ from pathlib import Path
 
 import pytest
 
-from envs.household import (HOUSEHOLD_SPEC, EpisodeRecord, HouseholdConfig, HouseholdEnv, annotate_episode,
-                            annotate_json, annotate_trajectory, combinations, make_household_env, make_tasks)
+from envs.household import (
+    HOUSEHOLD_SPEC,
+    EpisodeRecord,
+    HouseholdConfig,
+    HouseholdEnv,
+    annotate_episode,
+    annotate_json,
+    annotate_trajectory,
+    combinations,
+    make_household_env,
+    make_tasks,
+)
 from envs.household.tasks import load_task
 from envs.household.world import goal_reached, transitions
 

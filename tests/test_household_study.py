@@ -84,22 +84,22 @@ def test_bc_batches_layout_response_only_and_lm():
     encoded = [([5, 6, 7], [8, 9]), ([10, 11], [12])]  # (prompt ids, response ids + EOS)
     b = next(bc_batches(encoded, 2, random.Random(0), pad_id=0))
     # prompts left-padded to the smallest prompt bucket (64), responses right-padded to 16
-    assert b["input_ids"].shape == (2, 64 + 16) and b["loss_mask"].shape == (2, 16)
-    rows = {tuple(r[r != 0]) for r in b["input_ids"]}
+    assert b.input_ids.shape == (2, 64 + 16) and b.loss_mask.shape == (2, 16)
+    rows = {tuple(r[r != 0]) for r in b.input_ids}
     assert rows == {(5, 6, 7, 8, 9), (10, 11, 12)}
-    for r, m in zip(b["input_ids"], b["loss_mask"]):
+    for r, m in zip(b.input_ids, b.loss_mask):
         resp = r[64:]
         assert list(m) == [1.0 if t else 0.0 for t in resp]  # loss exactly on the response tokens
     # LM mode with weight 1: P = 1 (the first token), every later token is a target
     lm = next(bc_batches(encoded, 2, random.Random(0), pad_id=0, lm_weight=1.0))
-    assert lm["input_ids"].shape[1] == 1 + 64
-    for r, m in zip(lm["input_ids"], lm["loss_mask"]):
+    assert lm.input_ids.shape[1] == 1 + 64
+    for r, m in zip(lm.input_ids, lm.loss_mask):
         seq = [int(t) for t in r if t]
         assert seq in ([5, 6, 7, 8, 9], [10, 11, 12])
         assert m.sum() == len(seq) - 1
     # tiny LM weight: (almost surely) only the response tokens stay in the loss
     lm0 = next(bc_batches(encoded, 2, random.Random(0), pad_id=0, lm_weight=1e-9))
-    assert sorted(lm0["loss_mask"].sum(1).tolist()) == [1.0, 2.0]
+    assert sorted(lm0.loss_mask.sum(1).tolist()) == [1.0, 2.0]
 
 
 def test_cycled_batches_run_past_an_epoch_and_reject_too_small_buckets():
@@ -107,7 +107,7 @@ def test_cycled_batches_run_past_an_epoch_and_reject_too_small_buckets():
     encoded = [([5, i], [8 + i]) for i in range(5)]
     batches = list(itertools.islice(cycled_batches(encoded, 2, 0, 0.0, "t", "stage0.batch_size"), 6))
     assert len(batches) == 6  # three epochs
-    rows = [tuple(int(t) for t in r if t) for b in batches for r in b["input_ids"]]
+    rows = [tuple(int(t) for t in r if t) for b in batches for r in b.input_ids]
     for epoch in range(3):
         seen = rows[4 * epoch: 4 * epoch + 4]
         assert len(set(seen)) == 4  # no example twice within an epoch
@@ -137,8 +137,10 @@ def test_household_benchmark_splits():
     bench = make_benchmark(c.env)
     train, seen, unseen = (bench.tasks(s) for s in ("train", "seen", "unseen"))
     assert len(train) == c.env.num_train_tasks and len(seen) == len(unseen) == c.env.num_eval_tasks
-    strip = lambda t: json.dumps({k: v for k, v in t.items() if k not in ("task_id", "seed", "index")},
-                                 sort_keys=True)
+
+    def strip(t):
+        return json.dumps({k: v for k, v in t.items() if k not in ("task_id", "seed", "index")}, sort_keys=True)
+
     assert not {strip(t) for t in seen} & {strip(t) for t in train}
     assert all(t["split"] == "unseen" for t in unseen) and all(t["split"] == "seen" for t in train + seen)
     assert bench.spec.max_steps == c.env.max_steps and bench.stop_strings == ("</action>",)

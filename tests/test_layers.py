@@ -59,20 +59,6 @@ ENVS_FROM_LAYER = LAYERS["seed_jax.rollout"]
 NOT_FROM_LIBRARY = ("experiments", "configs")
 NOT_FROM_ENVS = ("seed_jax", "configs", "experiments")
 
-# Violations on the main line that other branches of the same change remove; the lead empties
-# this set after merging them (`test_known_exceptions_are_still_needed` says which entries are
-# no longer needed). Entries are (importer, imported) module prefixes; "*" matches anything.
-KNOWN_UNTIL_MERGE = {
-    # the household study moves out of the library to experiments/household/
-    ("seed_jax.study", "*"),
-    ("seed_jax.pipeline.environments", "seed_jax.study"),
-    # the household-specific tokenizer code moves to the experiment with it
-    ("seed_jax.models.word_tokenizer", "envs"),
-    ("seed_jax.models.word_tokenizer", "seed_jax.skills"),
-    ("seed_jax.models.word_tokenizer", "seed_jax.rollout"),
-}
-
-
 # ------------------------------------------------------------------ reading imports
 
 
@@ -180,35 +166,23 @@ def cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
     return found
 
 
-def _known(importer: str, imported: str) -> bool:
-    return any(_within(importer, a) and (b == "*" or _within(imported, b)) for a, b in KNOWN_UNTIL_MERGE)
-
-
 # ------------------------------------------------------------------ tests of the tree
 
 
 def test_the_scan_reads_the_tree():
     graph = import_graph()
     assert "seed_jax.pipeline.rl" in graph and "envs.base" in graph
-    # an import inside a function is read too (launch defers the pipeline until run time)
     assert "seed_jax.pipeline.validate" in graph["seed_jax.launch"]
 
 
 def test_no_lower_layer_imports_a_higher_one():
-    found = sorted(v for v in violations(import_graph()) if not _known(v[0], v[1]))
+    found = sorted(violations(import_graph()))
     assert not found, "import-layer violations:\n" + "\n".join(f"  {a} -> {b}: {why}" for a, b, why in found)
 
 
 def test_the_library_has_no_import_cycle():
-    found = [c for c in cycles(import_graph()) if not any(_known(a, b) for a, b in zip(c, c[1:]))]
+    found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join("  " + " -> ".join(c) for c in found)
-
-
-def test_known_exceptions_are_still_needed():
-    found = violations(import_graph())
-    stale = sorted((a, b) for a, b in KNOWN_UNTIL_MERGE
-                   if not any(_within(v[0], a) and (b == "*" or _within(v[1], b)) for v in found))
-    assert not stale, f"KNOWN_UNTIL_MERGE entries no longer needed (remove them): {stale}"
 
 
 # ------------------------------------------------------------------ tests of the checker

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from seed_jax.models import (ModelConfig, UnsupportedModelError, WeightLoadError, load_model,
-                             save_model)
+from seed_jax.models import ModelConfig, UnsupportedModelError, WeightLoadError, load_model, save_model
 from tests.conftest import TINY_KINDS, tiny_hf_model
 
 

@@ -236,7 +236,7 @@ def test_timeout_is_per_step_not_per_batch(pool2):
     """Four 1 s steps on one worker take 4 s > timeout, but no single step exceeds it."""
     slots = [51, 53, 55, 57]  # all on worker 1
     pool2.reset(tasks_for(slots))
-    res = pool2.step({s: "<action>sleep</action>" for s in slots})
+    res = pool2.step(dict.fromkeys(slots, "<action>sleep</action>"))
     assert not any(r.env_error for r in res.values())
 
 

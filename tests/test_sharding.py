@@ -17,8 +17,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from seed_jax.train.config import TrainConfig
-from seed_jax.train.mesh import (fit_spec, make_mesh, maybe_initialize_distributed, path_string,
-                                 spec_for)
+from seed_jax.train.mesh import fit_spec, make_mesh, maybe_initialize_distributed, path_string, spec_for
 from seed_jax.train.state import create_sharded_state
 from seed_jax.train.step import make_train_step
 from seed_jax.train.synthetic import random_params, synthetic_seed_batch, tiny_config

@@ -37,7 +37,7 @@ def test_round_trip_and_scores(tmp_path):
     assert json.loads(line)["steps"][0]["raw_observation"] == "obs 中"
     t = trajs[0]
     assert t.num_steps == 2 and t.total_penalty == pytest.approx(0.1)
-    assert t.step_scores() == [pytest.approx(9.9), 10.0]
+    assert [s.penalty for s in t.steps] == [pytest.approx(0.1), 0.0] and t.episode_reward == 10.0
 
 
 def test_bad_records_fail_clearly(tmp_path):

@@ -90,7 +90,7 @@ def test_generated_catalog_uses_official_schema_and_real_asins(raw_products):
     for p in raw_products.values():
         assert set(p) == RAW_KEYS
         assert re.fullmatch(r"\$\d+\.\d\d( - \$\d+\.\d\d)?", p["pricing"])
-        for name, contents in p["customization_options"].items():
+        for contents in p["customization_options"].values():
             assert all(set(c) == {"value", "image"} for c in contents)
     # product types parsed from real instructions (hand-read)
     assert raw_products["B07HRFSNL4"]["query"] == "men's dress shirts"
@@ -331,7 +331,7 @@ def test_price_above_upper_loses_price_point(env):
 
 def test_wrong_product_type_gets_type_penalty(env):
     i, goal = _two_option_goal(env)
-    words = lambda s: set(re.findall(r"[a-z]+", s.lower()))
+    words = lambda s: set(re.findall(r"[a-z]+", s.lower()))  # noqa: E731
     gp = env.catalog.by_asin[goal.asin]
     other = next(p for p in env.catalog.products if p.category != gp.category
                  and not words(p.name) & words(goal.name))
@@ -416,7 +416,7 @@ def test_max_steps_and_prompt_history(env):
     assert "Action 3: 'click[next >]'" in prompt and "You are now at step 4" in prompt
     assert "'click[< prev]'," in prompt and "'search[<your query>]'" not in prompt
     done = False
-    for n in range(4, 16):
+    for _ in range(4, 16):
         assert not done
         _, r, done, info = env.step("no action")
     assert done and info["truncated"] and r == -0.1 and info["step"] == WEBSHOP_SPEC.max_steps

@@ -26,7 +26,7 @@ from envs.alfworld.engine import EngineState, GameEngine
 from envs.alfworld.games import DATA_ENV_VAR, task_type_of
 from envs.alfworld.prompt import ALFWORLD_PROMPT
 from envs.alfworld.text import extract_task, strip_banner
-from envs.base import WIN_REWARD, EnvSpec, Environment, StepRecord
+from envs.base import WIN_REWARD, Environment, EnvSpec, StepRecord
 
 ALFWORLD_SPEC = EnvSpec(name="alfworld", max_steps=30, history_window=5)
 INVALID_ACTION_TEXT = "(invalid response, no action taken)"

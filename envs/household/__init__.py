@@ -11,14 +11,34 @@
   analysis of a trajectory as JSON text.
 """
 
-from envs.household.annotator import (EpisodeRecord, StepAudit, annotate_episode, annotate_json,
-                                      annotate_trajectory, first_deviation, replay)
+from envs.household.annotator import (
+                                      EpisodeRecord,
+                                      StepAudit,
+                                      annotate_episode,
+                                      annotate_json,
+                                      annotate_trajectory,
+                                      first_deviation,
+                                      replay,
+)
 from envs.household.env import HOUSEHOLD_SPEC, HouseholdEnv, make_household_env
 from envs.household.expert import ExpertResult, solve
-from envs.household.splits import (BENCHMARK_SPLITS, household_scripted_answer, household_spec,
-                                   household_splits, household_task_config)
-from envs.household.tasks import (SPLITS, HouseholdConfig, all_combinations, combinations, generate_task,
-                                  load_task, make_tasks, split_of)
+from envs.household.splits import (
+                                      BENCHMARK_SPLITS,
+                                      household_scripted_answer,
+                                      household_spec,
+                                      household_splits,
+                                      household_task_config,
+)
+from envs.household.tasks import (
+                                      SPLITS,
+                                      HouseholdConfig,
+                                      all_combinations,
+                                      combinations,
+                                      generate_task,
+                                      load_task,
+                                      make_tasks,
+                                      split_of,
+)
 from envs.household.world import TASK_TYPES
 
 __all__ = [

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from envs.actions import parse_action
 from envs.household.expert import ExpertCache, ExpertResult
 from envs.household.tasks import load_task
-from envs.household.world import (APPLIANCE, Layout, WorldState, goal_reached, is_openable,
-                                  kind_of, transitions)
-
+from envs.household.world import APPLIANCE, Layout, WorldState, goal_reached, is_openable, kind_of, transitions
 
 _VERB_OF_PROP = {"clean": "clean", "hot": "heat", "cool": "cool"}
 
@@ -44,7 +43,7 @@ class EpisodeRecord:
     won: bool
 
     @classmethod
-    def from_trajectory(cls, traj: Any, task: dict) -> "EpisodeRecord":
+    def from_trajectory(cls, traj: Any, task: dict) -> EpisodeRecord:
         """From a `seed_jax.rollout.trajectory.Trajectory` (its steps' `valid` / `action`,
         falling back to parsing `response_text` when `action` is empty) and its task dict."""
         actions = []

@@ -24,13 +24,20 @@ from __future__ import annotations
 from typing import Any
 
 from envs.actions import parse_action
-from envs.base import WIN_REWARD, EnvSpec, Environment, StepRecord
-from envs.prompt import TASK_PREFIX
+from envs.base import WIN_REWARD, Environment, EnvSpec, StepRecord
 from envs.household.expert import ExpertCache, ExpertResult
 from envs.household.prompt import HOUSEHOLD_PROMPT
 from envs.household.tasks import load_task
-from envs.household.world import (NOTHING_HAPPENS, Layout, WorldState, admissible_commands, goal_reached,
-                                  room_description, transitions)
+from envs.household.world import (
+    NOTHING_HAPPENS,
+    Layout,
+    WorldState,
+    admissible_commands,
+    goal_reached,
+    room_description,
+    transitions,
+)
+from envs.prompt import TASK_PREFIX
 
 HOUSEHOLD_SPEC = EnvSpec(name="household", max_steps=12, history_window=2)
 INVALID_ACTION_TEXT = "(invalid response)"

@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from envs.base import EnvSpec
 from envs.household.annotator import EpisodeRecord, annotate_json

@@ -34,8 +34,18 @@ import hashlib
 import random
 from typing import Any
 
-from envs.household.world import (OBJECT_KINDS, OBJECT_TASKS, RECEPTACLE_KINDS, TARGET_KINDS, TASK_TYPES,
-                                  Layout, WorldState, is_openable, kind_of, task_sentence)
+from envs.household.world import (
+    OBJECT_KINDS,
+    OBJECT_TASKS,
+    RECEPTACLE_KINDS,
+    TARGET_KINDS,
+    TASK_TYPES,
+    Layout,
+    WorldState,
+    is_openable,
+    kind_of,
+    task_sentence,
+)
 
 SPLITS = ("seen", "unseen")
 UNSEEN_PERCENT = 20

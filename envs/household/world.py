@@ -22,7 +22,7 @@ The fridge 1 is closed.'); lists read 'a apple 1, a egg 1, and a mug 1' (ALFWorl
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 TASK_TYPES: tuple[str, ...] = ("pick", "clean", "heat", "cool")
 
@@ -119,7 +119,7 @@ class WorldState:
     props: frozenset[tuple[str, str]]
 
     @staticmethod
-    def initial(objects: Mapping[str, str], opened: Sequence[str] = ()) -> "WorldState":
+    def initial(objects: Mapping[str, str], opened: Sequence[str] = ()) -> WorldState:
         return WorldState("", "", tuple(sorted(objects.items())), frozenset(opened), frozenset())
 
     def where(self, obj: str) -> str:

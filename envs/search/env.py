@@ -15,7 +15,7 @@ Episode rules
 from __future__ import annotations
 
 from envs.actions import parse_action
-from envs.base import EnvSpec, Environment, StepRecord
+from envs.base import Environment, EnvSpec, StepRecord
 from envs.search.corpus import format_information
 from envs.search.data import validate_task
 from envs.search.retriever import Retriever

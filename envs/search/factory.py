@@ -34,7 +34,7 @@ class RetrieverSpec:
             raise ValueError("retriever kind 'http' needs a url, e.g. http://127.0.0.1:8000/retrieve")
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RetrieverSpec":
+    def from_dict(cls, d: dict) -> RetrieverSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

@@ -13,13 +13,20 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import time
 import urllib.error
 import urllib.request
 from typing import Protocol, runtime_checkable
 
-from envs.search.bm25 import FORMAT_VERSION, BM25Scorer, build_index, default_cache_dir, file_sha256, load_index, save_index
+from envs.search.bm25 import (
+    FORMAT_VERSION,
+    BM25Scorer,
+    build_index,
+    default_cache_dir,
+    file_sha256,
+    load_index,
+    save_index,
+)
 from envs.search.corpus import Passage, read_corpus_jsonl
 
 
@@ -160,7 +167,7 @@ class HttpRetriever:
                     last = RuntimeError(f"HTTP {e.code}: {detail}")
                     continue
                 raise RetrieverError(f"retriever at {self.url} rejected the request: HTTP {e.code}: {detail}") from e
-            except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError, http.client.HTTPException) as e:
+            except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException) as e:
                 last = e
                 continue
             try:

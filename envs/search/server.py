@@ -72,7 +72,7 @@ def retrieve_response(retriever: Retriever, queries: list[str], topk: int, retur
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "RetrievalHTTPServer"
+    server: RetrievalHTTPServer
 
     def _send(self, code: int, obj: dict) -> None:
         data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
@@ -82,13 +82,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self):  # noqa: N802 (http.server naming)
+    def do_GET(self):
         if self.path.rstrip("/") == "/health":
             self._send(200, {"status": "ok", "num_docs": getattr(self.server.retriever, "num_docs", None)})
         else:
             self._send(404, {"error": f"unknown path {self.path}; use POST /retrieve"})
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         if self.path.rstrip("/") != "/retrieve":
             self._send(404, {"error": f"unknown path {self.path}; use POST /retrieve"})
             return
@@ -108,12 +108,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             resp = retrieve_response(self.server.retriever, queries, topk, return_scores)
-        except Exception as e:  # noqa: BLE001 - report, keep serving
+        except Exception as e:
             self._send(500, {"error": f"{type(e).__name__}: {e}"})
             return
         self._send(200, resp)
 
-    def log_message(self, format, *args):  # noqa: A002
+    def log_message(self, format, *args):
         if self.server.verbose:
             super().log_message(format, *args)
 

@@ -99,7 +99,7 @@ class Goal:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Goal":
+    def from_dict(cls, d: dict) -> Goal:
         fields = {f.name for f in dataclasses.fields(cls)}
         missing = [k for k in fields - {"weight"} if k not in d]
         if missing:

@@ -30,7 +30,7 @@ Deviation: the search page's own ``Search`` button (listed by the original as th
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from envs.webshop.catalog import Catalog, Goal, Product
 from envs.webshop.reward import RewardBreakdown, get_reward, noun_tokens

@@ -36,10 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from envs.actions import parse_action
-from envs.base import WIN_REWARD, EnvSpec, Environment, StepRecord
+from envs.base import WIN_REWARD, Environment, EnvSpec, StepRecord
 from envs.prompt import history_line, recent_steps
-from envs.webshop.catalog import (Catalog, CatalogError, Goal, build_catalog, clean_products,
-                                  load_attributes, load_products)
+from envs.webshop.catalog import (
+    Catalog,
+    CatalogError,
+    Goal,
+    build_catalog,
+    clean_products,
+    load_attributes,
+    load_products,
+)
 from envs.webshop.engine import DONE, SEP, WebShopEngine, build_index
 from envs.webshop.generate import generate_products
 from envs.webshop.search import BM25Index
@@ -116,7 +123,7 @@ def load_goals(catalog_path: str | os.PathLike | None = None, goals_path: str | 
 
 
 def make_webshop_env(catalog_path: str | os.PathLike | None = None,
-                     goals_path: str | os.PathLike | None = None, **kwargs: Any) -> "WebShopEnv":
+                     goals_path: str | os.PathLike | None = None, **kwargs: Any) -> WebShopEnv:
     """Picklable factory (module-level): ``functools.partial(make_webshop_env, ...)()``."""
     return WebShopEnv(catalog_path=catalog_path, goals_path=goals_path, **kwargs)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from envs.webshop.catalog import Goal, Product
 from envs.webshop.textmatch import normalize_color, token_set_ratio

@@ -24,11 +24,11 @@ reported separately for consistent and inconsistent rows, per window of updates.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from envs.household import replay
-from seed_jax.metrics import read_jsonl
+from seed_jax.jsonl import read_jsonl
 
 GATE_FILE = "step_gates.jsonl"
 STEP_ACTIONS_FILE = "rl/step_actions.jsonl"

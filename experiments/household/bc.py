@@ -56,8 +56,8 @@ import json
 import logging
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import jax
 import numpy as np
@@ -65,13 +65,13 @@ import numpy as np
 from envs.household import HouseholdEnv, annotate_json, household_task_config, make_tasks
 from experiments.household.demos import Demo, noisy_episode, subgoal_texts
 from experiments.household.tokenizer import build_household_tokenizer
+from seed_jax.buckets import round_up
 from seed_jax.metrics import StageProgress
 from seed_jax.models import Model, ModelConfig, load_model
 from seed_jax.models.decoder import init_params
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.runtime import rollout_settings, save_policy
 from seed_jax.pipeline.stage1 import rollout_summary
-from seed_jax.buckets import round_up
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
 from seed_jax.rollout.pool import open_env_pool
 from seed_jax.skills import build_analyzer_prompt, insert_skill

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from envs.household import EpisodeRecord, HouseholdEnv, annotate_episode
 from envs.household.tasks import load_task

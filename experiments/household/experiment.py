@@ -26,6 +26,7 @@ commands to ``rl/step_actions.jsonl`` (for the skill audit).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import shutil
@@ -36,8 +37,8 @@ from experiments.household.audit import STEP_ACTIONS_FILE
 from experiments.household.bc import run_stage0
 from experiments.household.probe import probe_checkpoints
 from experiments.household.report import write_report
+from seed_jax.jsonl import append_jsonl, repair_torn_tail
 from seed_jax.launch import run_pipeline
-from seed_jax.metrics import read_jsonl
 from seed_jax.pipeline.validate import validate
 
 log = logging.getLogger("seed_jax")
@@ -75,16 +76,13 @@ def step_recorder(workdir: str | Path):
     write per update. A last line torn by a killed run is dropped when the recorder is made,
     so a resumed run appends after whole lines only."""
     path = Path(workdir) / STEP_ACTIONS_FILE
-    if path.exists() and not path.read_bytes().endswith(b"\n"):
-        path.write_text("".join(json.dumps(r) + "\n" for r in read_jsonl(path)), encoding="utf-8")
+    repair_torn_tail(path)  # warns when it drops a line torn by a killed run
 
     def record(update) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps({"traj_id": t.traj_id, "task_id": t.task_id, "won": bool(t.won),
+        append_jsonl(path, [{"traj_id": t.traj_id, "task_id": t.task_id, "won": bool(t.won),
                              "actions": [s.action if s.valid else "" for s in t.steps],
-                             "valid": [bool(s.valid) for s in t.steps]}) + "\n" for t in update.trajectories]
-        with open(path, "a", encoding="utf-8") as f:
-            f.write("".join(lines))
+                             "valid": [bool(s.valid) for s in t.steps]} for t in update.trajectories])
 
     return record
 
@@ -160,7 +158,7 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
                 continue
             c = arm_config(config, arm, seed)
             copy_stage1(base, wd)
-            _timed(timings, f"{arm}/seed{seed}", lambda: run_pipeline(c, wd, "rl,eval", [step_recorder(wd)]))
+            _timed(timings, f"{arm}/seed{seed}", functools.partial(run_pipeline, c, wd, "rl,eval", [step_recorder(wd)]))
             save_timings()
     probe_path = out / "probe.json"
     if int(config.study.get("probe_tasks", 0)) > 0 and not probe_path.exists():

@@ -29,21 +29,21 @@ a shuffled hint should give neither.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from experiments.household.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
 from experiments.household.demos import noisy_episode
 from experiments.household.report import arm_dir
+from seed_jax.buckets import round_up
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.runtime import load_policy
 from seed_jax.rollout.analyzer import analyze_trajectories
-from seed_jax.buckets import round_up
 from seed_jax.rollout.loop import make_prompt_encoder
-from seed_jax.train.batch import pack_rows
 from seed_jax.skills import insert_skill
+from seed_jax.train.batch import pack_rows
 from seed_jax.train.logprobs import compute_logprobs
 
 CONDITIONS = ("own", "shuffled", "self")

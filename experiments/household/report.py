@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -216,7 +216,7 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
         if not ds:
             continue
 
-        def avg(key, sl=slice(None)):
+        def avg(key, sl=slice(None), ds=ds):
             vals = [v for d in ds for _, v in sorted(d[key].items())[sl]]
             return float(np.mean(vals)) if vals else None
 

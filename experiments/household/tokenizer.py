@@ -10,7 +10,7 @@ answer layout (`seed_jax.skills.canonical_answer`).
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from envs.household.vocab import household_texts
 from seed_jax.models.word_tokenizer import build_word_tokenizer

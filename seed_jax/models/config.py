@@ -71,11 +71,11 @@ class ModelConfig:
     def rope_scaling_dict(self) -> dict | None:
         return dict(self.rope_scaling) if self.rope_scaling else None
 
-    def replace(self, **kw) -> "ModelConfig":
+    def replace(self, **kw) -> ModelConfig:
         return dataclasses.replace(self, **kw)
 
     @classmethod
-    def from_hf(cls, cfg: dict, **overrides) -> "ModelConfig":
+    def from_hf(cls, cfg: dict, **overrides) -> ModelConfig:
         """Build from a Hugging Face config.json dict; unknown architectures raise."""
         archs = cfg.get("architectures") or []
         model_type = cfg.get("model_type")

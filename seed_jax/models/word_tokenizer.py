@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 import string
-from typing import Iterable
+from collections.abc import Iterable
 
 PAD, UNK, BOS, EOS = "<|pad|>", "<unk>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (PAD, UNK, BOS, EOS)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
 from envs.base import EnvSpec

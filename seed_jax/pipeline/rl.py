@@ -19,13 +19,13 @@ Per update ``u`` (everything seeded by ``(config.seed, u)``, so a resumed run re
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import random
 from collections.abc import Callable, Sequence
 
 import jax
 
+from seed_jax.jsonl import append_jsonl
 from seed_jax.metrics import GateSummary, SkillLogEntry, StageProgress, Timer
 from seed_jax.pipeline.analyzers import AnalysisContext, rl_analyzer
 from seed_jax.pipeline.evaluate import evaluate_params
@@ -114,8 +114,7 @@ def step_gate_writer(run: Run) -> RLCallback:
 
     def write(rec: UpdateRecord) -> None:
         if rec.step_gates and jax.process_index() == 0:
-            with open(run.path("step_gates.jsonl"), "a", encoding="utf-8") as f:
-                f.writelines(json.dumps(g.to_json(rec.update)) + "\n" for g in rec.step_gates)
+            append_jsonl(run.path("step_gates.jsonl"), [g.to_json(rec.update) for g in rec.step_gates])
 
     return write
 

@@ -8,7 +8,7 @@ stage 1 lives in `seed_jax.pipeline.annotator` and uses `seed_jax.skills.annotat
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from tqdm.auto import tqdm
 

@@ -21,7 +21,7 @@ from seed_jax.buckets import BUCKETS, round_up
 from seed_jax.losses import step_advantages
 from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.skills import insert_skill as default_insert_skill
-from seed_jax.train.batch import SeedBatch, pack_rows
+from seed_jax.train.batch import RowLayout, SeedBatch, pack_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class RowInfo:
 
 
 @dataclasses.dataclass(frozen=True)
-class StepSamples:
+class StepSamples(RowLayout):
     """The step-samples of one update: ``[n, ...]`` numpy arrays (no padding rows) + row origins.
 
     ``teacher_ids`` / ``teacher_mask`` are None when no teacher twin was built.
@@ -48,22 +48,6 @@ class StepSamples:
     rows: list[RowInfo]
     teacher_ids: np.ndarray | None = None
     teacher_mask: np.ndarray | None = None
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.rows)
-
-    @property
-    def response_len(self) -> int:
-        return int(self.response_mask.shape[1])
-
-    @property
-    def prompt_len(self) -> int:
-        return int(self.student_ids.shape[1]) - self.response_len
-
-    @property
-    def teacher_prompt_len(self) -> int | None:
-        return None if self.teacher_ids is None else int(self.teacher_ids.shape[1]) - self.response_len
 
     def to_seed_batch(self, old_logp: np.ndarray, ref_logp: np.ndarray | None = None,
                       teacher_logp: np.ndarray | None = None, with_teacher_ids: bool = True) -> SeedBatch:

@@ -14,10 +14,11 @@ when the response was invalid).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from tqdm.auto import tqdm
 
+from seed_jax.buckets import BUCKETS
 from seed_jax.metrics import progress_enabled
 from seed_jax.models.tokenizer import apply_chat
 from seed_jax.rollout.pool import EnvBackend
@@ -38,7 +39,7 @@ class RolloutSettings:
     invalid_penalty: float = 0.1
     success_threshold: float = 10.0
     stop_strings: tuple[str, ...] = ("</action>",)
-    prompt_buckets: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    prompt_buckets: tuple[int, ...] = BUCKETS
 
     def __post_init__(self):
         for name in ("group_size", "max_steps", "max_prompt_tokens"):

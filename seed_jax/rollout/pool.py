@@ -52,7 +52,8 @@ import os
 import signal
 import time
 import traceback
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = [
     "ResetResult",
@@ -138,7 +139,7 @@ class _SlotHost:
             if op == "step":
                 return self._step(slot, arg)
             return _error_payload("step", f"unknown op {op!r}")
-        except Exception:  # noqa: BLE001 - an env failure ends only this episode
+        except Exception:
             self.drop(slot)
             return _error_payload(op, f"slot {slot}: env raised in {op}:\n{traceback.format_exc()}")
 
@@ -165,7 +166,7 @@ class _SlotHost:
         if env is not None:
             try:
                 env.close()
-            except Exception:  # noqa: BLE001 - already failing; closing is best effort
+            except Exception:
                 pass
 
     def close(self) -> None:
@@ -246,7 +247,7 @@ class EnvBackend(abc.ABC):
     def close(self) -> None:
         """Release every environment and worker."""
 
-    def __enter__(self) -> "EnvBackend":
+    def __enter__(self) -> EnvBackend:
         return self
 
     def __exit__(self, *exc: Any) -> None:

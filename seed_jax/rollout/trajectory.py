@@ -13,7 +13,7 @@ Reward bookkeeping (spec section 3.6):
 - ``StepSample.penalty`` the invalid-action penalty charged at this step (>= 0; 0 if valid);
 - ``Trajectory.episode_reward`` the outcome reward R(tau) = sum of step rewards (penalties not
   included), i.e. the environment's success reward such as 10 x won;
-- ``Trajectory.step_scores()`` the per-step GRPO score = R(tau) - penalty_t.
+- the per-step GRPO score R(tau) - penalty_t is `seed_jax.losses.step_scores`.
 
 Trajectories with ``env_error=True`` (a worker crashed or hung) are excluded from the loss and
 counted in metrics.
@@ -24,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from seed_jax.jsonl import iter_records, write_records
 
@@ -68,7 +69,7 @@ class StepSample:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "StepSample":
+    def from_dict(cls, d: dict[str, Any]) -> StepSample:
         _require(d, cls, "step")
         return cls(
             prompt_ids=[int(x) for x in d["prompt_ids"]],
@@ -107,17 +108,13 @@ class Trajectory:
     def total_penalty(self) -> float:
         return float(sum(s.penalty for s in self.steps))
 
-    def step_scores(self) -> list[float]:
-        """Per-step GRPO score: R(tau) - penalty_t (spec section 3.6)."""
-        return [self.episode_reward - s.penalty for s in self.steps]
-
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["steps"] = [s.to_dict() for s in self.steps]
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         _require(d, cls, str(d.get("traj_id", "?")) if isinstance(d, dict) else "?")
         return cls(
             task_id=str(d["task_id"]),
@@ -137,7 +134,7 @@ class Trajectory:
         return json.dumps(self.to_dict(), ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, text: str) -> "Trajectory":
+    def from_json(cls, text: str) -> Trajectory:
         return cls.from_dict(json.loads(text))
 
 

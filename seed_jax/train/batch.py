@@ -67,8 +67,33 @@ def _take(x, idx):
     return None if x is None else np.asarray(x)[idx]
 
 
+class RowLayout:
+    """The static lengths of a batch in this layout, read from its ``student_ids`` ``[B, P + R]``,
+    ``response_mask`` ``[B, R]`` and optional ``teacher_ids`` ``[B, Pt + R]``."""
+
+    student_ids: Array
+    response_mask: Array
+    teacher_ids: Array | None
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.response_mask.shape[0])
+
+    @property
+    def response_len(self) -> int:
+        return int(self.response_mask.shape[1])
+
+    @property
+    def prompt_len(self) -> int:
+        return int(self.student_ids.shape[1]) - self.response_len
+
+    @property
+    def teacher_prompt_len(self) -> int | None:
+        return None if self.teacher_ids is None else int(self.teacher_ids.shape[1]) - self.response_len
+
+
 @flax.struct.dataclass
-class SeedBatch:
+class SeedBatch(RowLayout):
     """Step-samples of one RL mini-batch (or update), rows over ('data', 'fsdp').
 
     ``student_ids`` / ``student_mask`` ``[B, P + R]``: the ordinary prompt ``h_t`` and the
@@ -90,22 +115,6 @@ class SeedBatch:
     teacher_ids: Array | None = None
     teacher_mask: Array | None = None
     teacher_logp: Array | None = None
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.response_mask.shape[0])
-
-    @property
-    def response_len(self) -> int:
-        return int(self.response_mask.shape[1])
-
-    @property
-    def prompt_len(self) -> int:
-        return int(self.student_ids.shape[1]) - self.response_len
-
-    @property
-    def teacher_prompt_len(self) -> int | None:
-        return None if self.teacher_ids is None else int(self.teacher_ids.shape[1]) - self.response_len
 
     def validate(self, train_cfg: TrainConfig) -> None:
         """Raise ValueError naming the field when the batch does not fit the step's needs."""
