@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from seed_jax.jsonl import append_jsonl, read_jsonl, repair_torn_tail
 
@@ -78,7 +79,7 @@ class MetricsWriter:
         self.workdir.mkdir(parents=True, exist_ok=True)
         repair_torn_tail(self.path)
         if tensorboard:
-            try:
+            try:  # optional: only runs that write TensorBoard events need it
                 from tensorboardX import SummaryWriter
             except ImportError as e:
                 raise ImportError("MetricsWriter(tensorboard=True) needs tensorboardX "
@@ -265,8 +266,6 @@ class StageProgress:
 
     def __init__(self, total: int | None, desc: str, unit: str = "it", initial: int = 0,
                  disable: bool = False, **tqdm_kwargs: Any):
-        from tqdm.auto import tqdm
-
         self._bar = tqdm(total=total, desc=desc, unit=unit, initial=initial,
                          disable=not progress_enabled(not disable),
                          dynamic_ncols=True, **tqdm_kwargs)

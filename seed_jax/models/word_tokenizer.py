@@ -121,7 +121,7 @@ def build_word_tokenizer(corpus: Iterable[str], extra_words: Iterable[str] = (),
 
 def load_word_tokenizer(path: str | os.PathLike):
     """Load a tokenizer saved with ``save_pretrained`` (left padding, as generation needs)."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # deferred: transformers takes seconds to import
 
     tok = PreTrainedTokenizerFast.from_pretrained(str(path))
     tok.padding_side = "left"

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -56,8 +57,6 @@ def make_mesh(data: int | None = None, fsdp: int = 1, tensor: int = 1,
         raise ValueError(f"mesh data={data} x fsdp={fsdp} x tensor={tensor} = "
                          f"{data * fsdp * tensor} does not match the device count {n}")
     try:
-        from jax.experimental import mesh_utils
-
         arr = mesh_utils.create_device_mesh((data, fsdp, tensor), devices)
     except Exception:
         arr = np.asarray(devices, dtype=object).reshape(data, fsdp, tensor)
