@@ -9,6 +9,11 @@ on ``done``, on an env error, or after ``max_steps`` turns.
 Rewards: environments return the step reward *including* the invalid-action penalty; the
 record keeps them apart (``reward`` = env reward + penalty, ``penalty`` = the spec's penalty
 when the response was invalid).
+
+What the loop reads of an env's ``info`` is the contract of `envs.base` (`INFO_KEYS`):
+``valid``, ``action_text`` (recorded as `StepSample.action`), ``won`` and ``raw_observation``
+of every step; the optional ``task_type``, ``data_source`` and ``score`` go to the
+trajectory's ``info``.
 """
 
 from __future__ import annotations
@@ -113,16 +118,16 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
                 finished += 1
                 bar.update(1)
                 continue
-            valid = bool(res.info.get("valid", True))
+            valid = bool(res.info["valid"])
             penalty = 0.0 if valid else settings.invalid_penalty
             t.steps.append(StepSample(
                 prompt_ids=ids[s], response_ids=gen.token_ids[i], response_logprobs=gen.logprobs[i],
                 response_text=gen.texts[i], prompt_text=prompt[s], raw_observation=last_obs[s],
                 valid=valid, reward=float(res.reward) + penalty, penalty=penalty,
-                action=str(res.info.get("action_text", ""))))
+                action=str(res.info["action_text"])))
             last_obs[s] = res.info.get("raw_observation", res.observation)
             if res.done or turn + 1 >= settings.max_steps:
-                t.won = bool(res.info.get("won", False))
+                t.won = bool(res.info["won"])
                 t.episode_reward = float(sum(st.reward for st in t.steps))
                 t.final_observation = last_obs[s]
                 for key in ("score", "task_type"):
