@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from envs.actions import THINK_TAGS
 from envs.base import INFO_KEYS, OPTIONAL_INFO_KEYS, missing_info_keys
 from seed_jax.rollout import loop
 from seed_jax.rollout.loop import RolloutSettings, make_prompt_encoder, run_rollouts
@@ -146,6 +147,8 @@ def _scripted_generate(responses: list[str]):
     def generate(model, tokenizer, prompts, **kwargs):
         text = responses[len(calls)]
         calls.append(kwargs)
+        # stop strings count outside thinking only, by the action parser's rule
+        assert kwargs["think_tags"] == THINK_TAGS and kwargs["stop_strings"] == ("</action>",)
         return GenerationResult([[7, 8]] * len(prompts), [text] * len(prompts), [[-1.0, -1.0]] * len(prompts),
                                 ["stop"] * len(prompts))
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 from tqdm.auto import tqdm
 
+from envs.actions import THINK_TAGS
 from seed_jax.buckets import BUCKETS
 from seed_jax.metrics import progress_enabled
 from seed_jax.models.tokenizer import apply_chat
@@ -35,7 +36,9 @@ from seed_jax.skills import insert_skill
 @dataclasses.dataclass(frozen=True)
 class RolloutSettings:
     """One `run_rollouts` configuration. ``sampling`` is what every turn's `generate` call
-    decodes with (``sampling.max_new_tokens``: the response budget of one turn)."""
+    decodes with (``sampling.max_new_tokens``: the response budget of one turn). A stop string
+    ends a response only outside the thinking delimited by ``think_tags`` (the action parser's
+    rule, `envs.actions.find_stop`; None: anywhere)."""
 
     group_size: int = 8
     max_steps: int = 30
@@ -44,6 +47,7 @@ class RolloutSettings:
     invalid_penalty: float = 0.1
     success_threshold: float = 10.0
     stop_strings: tuple[str, ...] = ("</action>",)
+    think_tags: tuple[str, str] | None = THINK_TAGS
     prompt_buckets: tuple[int, ...] = BUCKETS
 
     def __post_init__(self):
@@ -105,7 +109,8 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
     while live and turn < settings.max_steps:
         ids = {s: encode_prompt(prompt[s])[-settings.max_prompt_tokens:] for s in live}
         gen = generate(model, tokenizer, [ids[s] for s in live], params=params, seed=seed + turn,
-                       stop_strings=settings.stop_strings, prompt_buckets=settings.prompt_buckets,
+                       stop_strings=settings.stop_strings, think_tags=settings.think_tags,
+                       prompt_buckets=settings.prompt_buckets,
                        **dataclasses.asdict(settings.sampling))
         results = backend.step({s: gen.texts[i] for i, s in enumerate(live)})
         still = []
