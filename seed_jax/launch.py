@@ -2,7 +2,9 @@
 
 Runs stage-1 collection, annotation and SFT, then SEED RL, then evaluation (spec sections
 2, 3, 6, 7). Overrides: ``--config.rl.num_updates=10``. Re-running with the same workdir
-resumes: finished stages are skipped and RL continues from its last checkpoint.
+resumes: finished stages are skipped and RL continues from its last checkpoint. An impossible
+configuration (`seed_jax.pipeline.validate.ConfigValueError`, e.g. missing data files) ends the
+command with exit status 2 and the message, before any model loads.
 On several hosts (``JAX_COORDINATOR_ADDRESS`` etc. set, or a TPU pod) JAX's distributed runtime
 is initialised first; each host runs its own environments for its share of the tasks and one
 global mesh serves the train step.
@@ -23,7 +25,7 @@ from ml_collections import config_flags
 from seed_jax.pipeline import evaluate, rl, stage1
 from seed_jax.pipeline.multihost import barrier
 from seed_jax.pipeline.run import Run
-from seed_jax.pipeline.validate import STAGES, validate
+from seed_jax.pipeline.validate import STAGES, ConfigValueError, validate
 from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Benchmark config file, e.g. configs/search.py:local")
@@ -93,7 +95,11 @@ def main(argv):
     spec = flags.FLAGS["config"].config_filename if hasattr(flags.FLAGS["config"], "config_filename") else ""
     preset = spec.split(":", 1)[1] if ":" in str(spec) else "local"
     workdir = _WORKDIR.value or str(Path("runs") / f"{config.env.name}-{preset}-{config.method}")
-    run_pipeline(config, workdir, _STAGES.value)
+    try:
+        run_pipeline(config, workdir, _STAGES.value)
+    except ConfigValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

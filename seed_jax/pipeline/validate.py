@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from seed_jax.losses import ADVANTAGE_ESTIMATORS
+from seed_jax.pipeline.environments import missing_data
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.runtime import train_config
 
@@ -66,6 +67,9 @@ def validate(config) -> None:
         bad("env.retriever", "must be bm25 | http")
     if config.env.name == "search" and config.env.retriever == "http" and not config.env.retriever_url:
         bad("env.retriever_url", "the http retriever needs a URL")
+    missing = missing_data(config.env)
+    if missing:
+        raise ConfigValueError(f"config.env.data_dir: {missing}")
     for key in ("mesh.fsdp", "mesh.tensor"):
         if _get(config, key) < 1:
             bad(key, "must be >= 1")
