@@ -102,6 +102,12 @@ def _check_keys(info: dict, case: Case, where: str) -> None:
         assert isinstance(info["score"], float), where
 
 
+def test_every_benchmark_environment_is_held_to_the_contract():
+    from seed_jax.pipeline.environments import BENCHMARKS
+
+    assert set(CASES) == set(BENCHMARKS)
+
+
 def test_the_contract_names_each_key_once():
     assert not set(INFO_KEYS) & set(OPTIONAL_INFO_KEYS)
     assert {"valid", "won", "raw_observation", "action_text", "reason", "task_id", "step"} == set(INFO_KEYS)

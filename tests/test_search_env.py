@@ -514,6 +514,22 @@ def test_local_and_tiny_presets_keep_the_vendored_sample():
             bench.tasks("nq")
 
 
+
+def test_a_data_file_asked_for_and_missing_never_falls_back_to_the_vendored_sample(tmp_path):
+    from seed_jax.pipeline.environments import make_benchmark
+    from seed_jax.pipeline.validate import ConfigValueError, validate
+
+    c = _search_config("local", str(tmp_path))  # a data_dir without the files
+    with pytest.raises(ConfigValueError, match=r"split\(s\) train, hotpotqa:"):
+        validate(c)
+    with pytest.raises(ValueError, match=r"hotpotqa/test\.parquet"):
+        make_benchmark(c.env).tasks("hotpotqa")
+    c = _search_config("local")
+    c.env.datasets = {"train": str(tmp_path / "train.parquet")}
+    with pytest.raises(ConfigValueError, match=r"split\(s\) train:"):
+        validate(c)
+
+
 def _write_layout(root) -> dict[str, list[str]]:
     """Tiny files in Search-R1's layout: parquet rows of the real NQ test file (Search-R1's
     schema) given each split's data source, FlashRAG jsonl for some; returns the questions."""

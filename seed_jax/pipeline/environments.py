@@ -72,6 +72,14 @@ def search_split_file(env_cfg, split: str) -> str | None:
     return find_search_r1_file(data_dir, split) if data_dir else None
 
 
+def _vendored_serves(env_cfg, split: str) -> bool:
+    """The vendored sample serves `split` only with ``env.vendored_data``, for 'train' and
+    'hotpotqa', and only when no file was asked for (neither ``env.datasets.<split>`` nor
+    ``env.data_dir`` set): a file asked for and missing is an error, never a fallback."""
+    asked = bool(dict(env_cfg.get("datasets", {}) or {}).get(split)) or bool(env_cfg.get("data_dir", ""))
+    return bool(env_cfg.get("vendored_data", True)) and split in VENDORED_SEARCH_SPLITS and not asked
+
+
 def search_splits(env_cfg) -> tuple[str, ...]:
     """The splits a search run reads: 'train' and ``env.eval_splits``."""
     return ("train", *[s for s in env_cfg.get("eval_splits", ("hotpotqa",)) if s != "train"])
@@ -79,12 +87,10 @@ def search_splits(env_cfg) -> tuple[str, ...]:
 
 def missing_search_data(env_cfg, splits: tuple[str, ...] | None = None) -> str | None:
     """None when every split of `splits` (default `search_splits`) has its data; else a message
-    naming each missing split with the files looked for, and the layout expected. With
-    ``env.vendored_data`` the splits 'train' and 'hotpotqa' fall back to the vendored sample;
-    without it (the paper preset) every split needs its file."""
-    vendored = bool(env_cfg.get("vendored_data", True))
+    naming each missing split with the files looked for, and the layout expected. The
+    vendored sample serves where `_vendored_serves` says so (never in the paper preset)."""
     missing = [s for s in (search_splits(env_cfg) if splits is None else splits)
-               if search_split_file(env_cfg, s) is None and not (vendored and s in VENDORED_SEARCH_SPLITS)]
+               if search_split_file(env_cfg, s) is None and not _vendored_serves(env_cfg, s)]
     if not missing:
         return None
     data_dir = env_cfg.get("data_dir", "") or "<data_dir>"
@@ -101,7 +107,8 @@ def missing_search_data(env_cfg, splits: tuple[str, ...] | None = None) -> str |
             "<data_dir>/<split>/test.parquet, or dev.parquet for hotpotqa, 2wikimultihopqa and musique: parquet "
             "with the columns question, golden_answers, data_source as Search-R1's data scripts write them, or "
             "FlashRAG .jsonl), or name a file per split in env.datasets. The vendored HotpotQA sample serves "
-            "only with env.vendored_data=True (the local and tiny presets).")
+            "only with env.vendored_data=True (the local and tiny presets) and neither env.data_dir nor "
+            "env.datasets set for the split.")
 
 
 def _search(env_cfg) -> Benchmark:
@@ -110,13 +117,12 @@ def _search(env_cfg) -> Benchmark:
     retriever = {k: v for k, v in retriever.items() if v is not None}
     factory = EnvFactory(make_search_env, retriever=retriever, seed_kwarg=None)
     n_eval = env_cfg.get("default_eval_size", 20)
-    vendored = bool(env_cfg.get("vendored_data", True))
 
     def load(split: str) -> list[dict]:
         path = search_split_file(env_cfg, split)
         if path is not None:
             return load_tasks(path)
-        if vendored and split in VENDORED_SEARCH_SPLITS:
+        if _vendored_serves(env_cfg, split):
             default = load_default_tasks()
             return default[:-n_eval] if split == "train" else default[-n_eval:]
         raise ValueError(f"search: {missing_search_data(env_cfg, (split,))}")
