@@ -51,6 +51,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rollout.group_size = 8
     c.rollout.max_steps = 30
     c.rollout.max_prompt_tokens = 2048
+    c.rollout.max_teacher_prompt_tokens = 2560  # H(h, s): h's cap + room for the skill block
     c.rollout.max_response_tokens = 512
     c.rollout.temperature = 1.0
     c.rollout.top_p = 1.0
@@ -85,12 +86,14 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.mini_batch_size = 256  # step-samples per optimizer step (PPO mini-batch)
     c.rl.epochs = 1
     c.rl.advantage_mode = "mean_std"
+    c.rl.penalty_mode = "after_norm"  # after_norm: A = (R - mean)/(std + eps) - p | in_score (docs/METHOD.md)
     c.rl.checkpoint_every = 5
     c.rl.keep_checkpoints = 3
     c.rl.eval_every = 0  # 0 = only the final eval stage
     c.rl.audit_gates = True  # per-step OPD gates under theta_old -> step_gates.jsonl (one extra teacher forward)
 
     c.train = ml_collections.ConfigDict(run_train_defaults())  # TrainConfig's fields and defaults
+    c.train.warmup_updates = 0  # learning-rate warm-up, in RL updates (the RL schedule counts updates)
     c.train.micro_batch_size = 16  # rows per micro-batch (TrainConfig's None, the whole mini-batch, is no run option)
 
     c.eval = ml_collections.ConfigDict()
@@ -180,6 +183,7 @@ def _small_run(c: ml_collections.ConfigDict, *, stage1_tasks: int, sft_epochs: i
     c.rollout.group_size = group_size
     c.rollout.max_steps = max_steps
     c.rollout.max_prompt_tokens = prompt_tokens
+    c.rollout.max_teacher_prompt_tokens = prompt_tokens + 256
     c.rollout.max_response_tokens = response_tokens
     c.rl.num_updates = 2
     c.rl.tasks_per_update = 2

@@ -76,7 +76,7 @@ def get_config(preset: str = "study"):
     c.stage0 = _stage0()
     c.study = _study()
     c.model.path = ""  # the stage-0 policy directory (the study script sets it)
-    c.rollout.update(group_size=4, max_steps=15, max_prompt_tokens=512, max_response_tokens=32, temperature=1.0,
+    c.rollout.update(group_size=4, max_steps=15, max_prompt_tokens=512, max_teacher_prompt_tokens=768, max_response_tokens=32, temperature=1.0,
                      chunk=32)
     c.stage1.update(num_tasks=64, group_size=4, temperature=0.4, analyzer="scripted", sft_epochs=2, sft_lr=5e-5,
                     sft_batch_size=8, sft_micro_batch_size=8, max_answer_tokens=192)
