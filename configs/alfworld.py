@@ -1,4 +1,4 @@
-"""ALFWorld (spec section 5): `python -m seed_jax.launch --config=configs/alfworld.py[:preset]`.
+"""ALFWorld (docs/METHOD.md §5): `python -m seed_jax.launch --config=configs/alfworld.py[:preset]`.
 
 The ``paper`` preset is `base_config` as it stands: 30 steps, 2048 prompt tokens, 16 tasks per
 update, mini-batches of 256 step-samples.

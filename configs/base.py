@@ -4,7 +4,7 @@ Presets (``--config=configs/search.py:PRESET``):
 
 - ``local`` (default): the embedded SmolLM2-135M-Instruct on a 2-core CPU, no network, small
   groups and few updates: the whole method end to end in tens of minutes.
-- ``paper``: the recipe of the paper (spec section 6); needs ``model.path`` (a local HF
+- ``paper``: the recipe of the paper (docs/METHOD.md §6); needs ``model.path`` (a local HF
   directory such as Qwen2.5-3B-Instruct) and, for search, a retriever URL.
 - ``tiny``: a tiny random model (embedded tokenizer) for end-to-end tests.
 
@@ -29,7 +29,7 @@ PRESETS = ("local", "paper", "tiny")
 def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
-    c.method = "seed"  # one of seed_jax.pipeline.methods.METHODS (spec section 7)
+    c.method = "seed"  # one of seed_jax.pipeline.methods.METHODS (docs/METHOD.md §7)
     c.stages = "collect,annotate,sft,rl,eval"
 
     c.model = ml_collections.ConfigDict()
@@ -75,7 +75,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.stage1.max_answer_tokens = 512
 
     c.analysis = ml_collections.ConfigDict()
-    c.analysis.analyzer = "self"  # self (the policy, spec) | heuristic (model-free template: smoke tests)
+    c.analysis.analyzer = "self"  # self (the policy, docs/METHOD.md §3.1) | heuristic (model-free template: smoke tests)
     c.analysis.max_new_tokens = 4096
     c.analysis.max_prompt_tokens = 4096
     c.analysis.batch_size = 32
@@ -147,7 +147,7 @@ def apply_local(c: ml_collections.ConfigDict, *, stage1_tasks: int, max_steps: i
 
     Stage 1 has no external annotator offline and SmolLM2-135M cannot yet write the JSON skill
     itself, so the model-free template analyzer plays the annotator's role: stage-1 SFT then
-    teaches the policy the skill format, and in stage 2 the policy writes its own skills (spec).
+    teaches the policy the skill format, and in stage 2 the policy writes its own skills (docs/METHOD.md §8.16).
     """
     _small_run(c, stage1_tasks=stage1_tasks, sft_epochs=2, answer_tokens=96, analysis_tokens=96,
                analysis_prompt_tokens=analysis_prompt_tokens, group_size=4, max_steps=max_steps,

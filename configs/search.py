@@ -1,4 +1,4 @@
-"""Search-augmented QA (spec section 5): `python -m seed_jax.launch --config=configs/search.py[:preset]`."""
+"""Search-augmented QA (docs/METHOD.md §5): `python -m seed_jax.launch --config=configs/search.py[:preset]`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""WebShop (spec section 5): `python -m seed_jax.launch --config=configs/webshop.py[:preset]`.
+"""WebShop (docs/METHOD.md §5): `python -m seed_jax.launch --config=configs/webshop.py[:preset]`.
 
 Without the official catalog (``env.catalog_path``) the environment runs on a catalog
 generated in the official schema from the real ``items_ins_v2_1000.json``.

@@ -1,6 +1,6 @@
 """SEED losses as pure functions: GRPO policy loss, KL estimators, entropy, OPD, advantages.
 
-Conventions (spec sections 3 and 6):
+Conventions (docs/METHOD.md §3):
 
 - Per-token arrays have shape ``[B, R]`` (batch of step-samples x response tokens); any
   leading shape works as long as all per-token arguments agree.
@@ -316,7 +316,7 @@ def opd_loss(
     beta: float = 5.0,
     response_mask: jax.Array | None = None,
 ) -> LossOutput:
-    """Gated on-policy distillation toward the skill-augmented teacher (spec 3.4-3.5).
+    """Gated on-policy distillation toward the skill-augmented teacher (docs/METHOD.md §3.7).
 
     With ``l = logp`` (ordinary context, trainable), ``t = teacher_logp`` (skill context) and
     ``m = mask`` (response mask x trajectory-has-skill mask)::
@@ -328,7 +328,7 @@ def opd_loss(
     so ``dL_opd/dl = -g / N`` on tokens with m = 1 and 0 elsewhere; no gradient reaches ``t``.
 
     ``N`` is the token count of the returned TokenSum: ``sum(response_mask)`` when
-    ``response_mask`` is given (the spec's "masked_mean over all valid response tokens":
+    ``response_mask`` is given (the masked mean over all valid response tokens of docs/METHOD.md §3.7:
     tokens of skill-less trajectories count in the denominator but contribute 0), otherwise
     ``sum(mask)``. ``mask`` must be a subset of ``response_mask``.
 
@@ -427,7 +427,7 @@ def group_advantages(
     ``rewards[i]`` is the score of item i and ``group_ids[i]`` (any sortable ids: ints or
     strings) its task group q. With mean_q and std_q over the items of group q::
 
-        mean_std:          A_i = (r_i - mean_q) / (std_q + eps)      (default, spec 3.6)
+        mean_std:          A_i = (r_i - mean_q) / (std_q + eps)      (default, docs/METHOD.md §3.3)
         mean:              A_i = r_i - mean_q                        (authors' WebShop mean_norm)
         step_pooled:       same formula as mean_std, but the items are step-samples
         step_pooled_mean:  same formula as mean, items are step-samples
@@ -454,7 +454,7 @@ PENALTY_MODES = ("after_norm", "in_score")
 
 
 def step_scores(episode_reward: Any, invalid_penalties: Any) -> np.ndarray:
-    """Per-step score = episode reward - that step's invalid-action penalty (spec 3.6).
+    """Per-step score = episode reward - that step's invalid-action penalty (docs/METHOD.md §3.3).
 
     Both broadcast (e.g. episode reward gathered per step, penalty 0 for valid steps).
     """

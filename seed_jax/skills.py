@@ -1,6 +1,6 @@
 """Hindsight skills: the analyzer input x_tau, tolerant parsing of its JSON answer, and H(h, s).
 
-Spec sections 2 and 4. No JAX: generation is done by the caller (the policy sampler, or an
+docs/METHOD.md §2 and §4. No JAX: generation is done by the caller (the policy sampler, or an
 external chat API through `annotate`).
 
 - `build_analyzer_prompt(traj)` -> x_tau: task, outcome label, then per step its index, the raw
@@ -132,7 +132,8 @@ def middle_out(n: int, k: int) -> tuple[int, int]:
 
 def render_analyzer_prompt(traj: Trajectory, success_threshold: float | None = None,
                            max_chars: int | None = DEFAULT_MAX_CHARS) -> tuple[str, bool]:
-    """``(x_tau, cut)``: the analyzer's user message and whether the budget shortened it.
+    """``(x_tau, cut)``: x_tau of docs/METHOD.md §4.2 (the user message given to the analyzer)
+    and whether the budget (§4.4) shortened it.
 
     Layout: header (task, outcome), one block per step (1-based index, raw observation, full
     response, validity), the final observation when the trajectory has one, the instruction.
@@ -258,7 +259,7 @@ def find_task_line(lines: list[str]) -> int | None:
 
 
 def insert_skill(prompt_text: str, skill: str) -> str:
-    """H(h, s) of spec section 4, on the user-message text (the caller applies the same chat
+    """H(h, s) of docs/METHOD.md §4.1, on the user-message text (the caller applies the same chat
     template and left truncation as for the ordinary prompt).
 
     With ``B = skill_block(skill)`` and the prompt split on '\\n' into lines L:

@@ -1,4 +1,4 @@
-"""Evaluation (spec section 6): success per split and per task type, without skills, temperature 0.4.
+"""Evaluation (docs/METHOD.md §6): success per split and per task type, without skills, temperature 0.4.
 
 Each split gives ``eval/<tag>_<split>.json`` in the schema `seed_jax.report` reads::
 

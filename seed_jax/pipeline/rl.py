@@ -1,4 +1,4 @@
-"""Stage 2 (SEED, method document section "RL"): self-evolving on-policy distillation, one
+"""Stage 2 (SEED, docs/METHOD.md §3): self-evolving on-policy distillation, one
 update at a time.
 
 Per update ``u`` (everything seeded by ``(config.seed, u)``, so a resumed run repeats exactly):

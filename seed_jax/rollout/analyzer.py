@@ -1,6 +1,6 @@
 """The policy as its own analyzer: x_tau -> greedy JSON hindsight skill, batched.
 
-Spec sections 2-3: after a trajectory ends, the current parameters write one skill for it
+docs/METHOD.md §2.2 and §3.1: after a trajectory ends, the current parameters write one skill for it
 with greedy decoding and the same JSON prompt as stage 1; a skill that does not parse (or is
 too short) gives that trajectory no OPD signal. An external OpenAI-compatible annotator for
 stage 1 lives in `seed_jax.pipeline.annotator` and uses `seed_jax.skills.annotate`.

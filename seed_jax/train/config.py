@@ -1,6 +1,6 @@
 """`TrainConfig`: the static hyper-parameters of one SEED / GRPO / SFT update.
 
-Defaults follow the paper recipe (spec section 6): AdamW lr 1e-6, weight decay 0.01,
+Defaults follow the paper recipe (docs/METHOD.md §6): AdamW lr 1e-6, weight decay 0.01,
 grad-norm clip 1.0, constant schedule, KL coef 0.01 with the k3 ("low_var_kl") estimator,
 entropy coef 0.001, lambda_opd 0.01, beta_opd 5, PPO clip 0.2 both sides, dual clip 3.0.
 

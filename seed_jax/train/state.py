@@ -1,6 +1,6 @@
 """`TrainState` (one pytree: params, optimizer state, counters, RNG) and the optimizer.
 
-Optimizer (spec section 6): ``clip_by_global_norm(grad_clip)`` then AdamW with decoupled weight
+Optimizer (docs/METHOD.md §3.9): ``clip_by_global_norm(grad_clip)`` then AdamW with decoupled weight
 decay (optax's ``adamw``: ``p <- p - lr * (adam_update + wd * p)``, as torch.optim.AdamW),
 applied to every parameter (as the authors' verl/FSDP setup does), under a schedule:
 
