@@ -6,7 +6,7 @@ An environment is a small stateful object:
     obs, reward, done, info = env.step(response_text)
 
 `response_text` is the raw model response. The environment projects it to an action with
-`envs.actions.parse_action`, applies the invalid-action penalty of spec section 5 when the
+`envs.actions.parse_action`, applies the invalid-action penalty of docs/METHOD.md §5 when the
 response is invalid (the game then sees a no-op), and reports in `info`, after ``reset`` and
 after every ``step``, every key of `INFO_KEYS`:
 
@@ -59,7 +59,7 @@ def missing_info_keys(info: dict, optional: tuple[str, ...] = ()) -> list[str]:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EnvSpec:
-    """Agent-facing constants of one benchmark (spec section 5).
+    """Agent-facing constants of one benchmark (docs/METHOD.md §5).
 
     The defaults are those of the 10 x won environments (ALFWorld, WebShop, household): one
     ``<action>`` block per response, 0.1 charged for an invalid one, success iff the episode
