@@ -1,4 +1,4 @@
-"""ALFWorld (spec section 5): `python -m seed_jax.launch --config=configs/alfworld.py[:preset]`.
+"""ALFWorld (docs/METHOD.md §5): `python -m seed_jax.launch --config=configs/alfworld.py[:preset]`.
 
 The ``paper`` preset is `base_config` as it stands: 30 steps, 2048 prompt tokens, 16 tasks per
 update, mini-batches of 256 step-samples.
@@ -15,4 +15,6 @@ def get_config(preset: str = "local"):
     c.env.data_dir = ""  # '' = $ALFWORLD_DATA or ../shared/data/alfworld
     return with_preset(
         c, preset,
-        local=dict(stage1_tasks=6, max_steps=6, prompt_tokens=768, analysis_prompt_tokens=1024, eval_tasks=6))
+        local=dict(stage1_tasks=6, max_steps=6, prompt_tokens=768, analysis_prompt_tokens=1024, eval_tasks=6),
+        # x_tau of a 30-step episode (~600 tokens a step; Qwen2.5: 32k context, 4k new tokens)
+        paper={"analysis.max_prompt_tokens": 24576})

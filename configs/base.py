@@ -4,7 +4,7 @@ Presets (``--config=configs/search.py:PRESET``):
 
 - ``local`` (default): the embedded SmolLM2-135M-Instruct on a 2-core CPU, no network, small
   groups and few updates: the whole method end to end in tens of minutes.
-- ``paper``: the recipe of the paper (spec section 6); needs ``model.path`` (a local HF
+- ``paper``: the recipe of the paper (docs/METHOD.md §6); needs ``model.path`` (a local HF
   directory such as Qwen2.5-3B-Instruct) and, for search, a retriever URL.
 - ``tiny``: a tiny random model (embedded tokenizer) for end-to-end tests.
 
@@ -29,7 +29,7 @@ PRESETS = ("local", "paper", "tiny")
 def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
-    c.method = "seed"  # one of seed_jax.pipeline.methods.METHODS (spec section 7)
+    c.method = "seed"  # one of seed_jax.pipeline.methods.METHODS (docs/METHOD.md §7)
     c.stages = "collect,annotate,sft,rl,eval"
 
     c.model = ml_collections.ConfigDict()
@@ -51,6 +51,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rollout.group_size = 8
     c.rollout.max_steps = 30
     c.rollout.max_prompt_tokens = 2048
+    c.rollout.max_teacher_prompt_tokens = 2560  # H(h, s): h's cap + room for the skill block
     c.rollout.max_response_tokens = 512
     c.rollout.temperature = 1.0
     c.rollout.top_p = 1.0
@@ -74,7 +75,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.stage1.max_answer_tokens = 512
 
     c.analysis = ml_collections.ConfigDict()
-    c.analysis.analyzer = "self"  # self (the policy, spec) | heuristic (model-free template: smoke tests)
+    c.analysis.analyzer = "self"  # self (the policy, docs/METHOD.md §3.1) | heuristic (model-free template: smoke tests)
     c.analysis.max_new_tokens = 4096
     c.analysis.max_prompt_tokens = 4096
     c.analysis.batch_size = 32
@@ -85,12 +86,14 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.mini_batch_size = 256  # step-samples per optimizer step (PPO mini-batch)
     c.rl.epochs = 1
     c.rl.advantage_mode = "mean_std"
+    c.rl.penalty_mode = "after_norm"  # after_norm: A = (R - mean)/(std + eps) - p | in_score (docs/METHOD.md)
     c.rl.checkpoint_every = 5
     c.rl.keep_checkpoints = 3
     c.rl.eval_every = 0  # 0 = only the final eval stage
     c.rl.audit_gates = True  # per-step OPD gates under theta_old -> step_gates.jsonl (one extra teacher forward)
 
     c.train = ml_collections.ConfigDict(run_train_defaults())  # TrainConfig's fields and defaults
+    c.train.warmup_updates = 0  # learning-rate warm-up, in RL updates (the RL schedule counts updates)
     c.train.micro_batch_size = 16  # rows per micro-batch (TrainConfig's None, the whole mini-batch, is no run option)
 
     c.eval = ml_collections.ConfigDict()
@@ -144,7 +147,7 @@ def apply_local(c: ml_collections.ConfigDict, *, stage1_tasks: int, max_steps: i
 
     Stage 1 has no external annotator offline and SmolLM2-135M cannot yet write the JSON skill
     itself, so the model-free template analyzer plays the annotator's role: stage-1 SFT then
-    teaches the policy the skill format, and in stage 2 the policy writes its own skills (spec).
+    teaches the policy the skill format, and in stage 2 the policy writes its own skills (docs/METHOD.md §8.16).
     """
     _small_run(c, stage1_tasks=stage1_tasks, sft_epochs=2, answer_tokens=96, analysis_tokens=96,
                analysis_prompt_tokens=analysis_prompt_tokens, group_size=4, max_steps=max_steps,
@@ -180,6 +183,7 @@ def _small_run(c: ml_collections.ConfigDict, *, stage1_tasks: int, sft_epochs: i
     c.rollout.group_size = group_size
     c.rollout.max_steps = max_steps
     c.rollout.max_prompt_tokens = prompt_tokens
+    c.rollout.max_teacher_prompt_tokens = prompt_tokens + 256
     c.rollout.max_response_tokens = response_tokens
     c.rl.num_updates = 2
     c.rl.tasks_per_update = 2

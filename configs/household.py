@@ -10,7 +10,7 @@ Presets:
 - ``ci``: the same study at toy scale, about two minutes;
 - ``tiny``: the smallest settings that still run every stage (tests of the plumbing).
 
-Paper hyper-parameters kept (spec section 6): KL coef 0.01 (k3), entropy coef 0.001, PPO clip
+Paper hyper-parameters kept (docs/METHOD.md §6): KL coef 0.01 (k3), entropy coef 0.001, PPO clip
 0.2 both sides, dual clip 3, lambda_opd 0.01, beta_opd 5, 1 PPO epoch, rollout temperature 1.0,
 evaluation temperature 0.4, stage-1 collection temperature 0.4, greedy analyzer, 10 % held out
 at stage 1, constant schedule, weight decay 0.01, grad clip 1.0. Changed for a from-scratch
@@ -76,11 +76,11 @@ def get_config(preset: str = "study"):
     c.stage0 = _stage0()
     c.study = _study()
     c.model.path = ""  # the stage-0 policy directory (the study script sets it)
-    c.rollout.update(group_size=4, max_steps=15, max_prompt_tokens=512, max_response_tokens=32, temperature=1.0,
+    c.rollout.update(group_size=4, max_steps=15, max_prompt_tokens=512, max_teacher_prompt_tokens=768, max_response_tokens=32, temperature=1.0,
                      chunk=32)
     c.stage1.update(num_tasks=64, group_size=4, temperature=0.4, analyzer="scripted", sft_epochs=2, sft_lr=5e-5,
                     sft_batch_size=8, sft_micro_batch_size=8, max_answer_tokens=192)
-    c.analysis.update(analyzer="self",  # stage 2: the policy writes its own skills (spec)
+    c.analysis.update(analyzer="self",  # stage 2: the policy writes its own skills (docs/METHOD.md §3.1)
                       max_new_tokens=192, max_prompt_tokens=1024, batch_size=32)
     c.rl.update(num_updates=10, tasks_per_update=4, mini_batch_size=32, epochs=1, checkpoint_every=10,
                 keep_checkpoints=1,

@@ -1,4 +1,4 @@
-"""Search-augmented QA (spec section 5): `python -m seed_jax.launch --config=configs/search.py[:preset]`."""
+"""Search-augmented QA (docs/METHOD.md §5): `python -m seed_jax.launch --config=configs/search.py[:preset]`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ def get_config(preset: str = "local"):
     c.env.default_eval_size = 20
     c.rollout.max_steps = 4
     c.rollout.max_prompt_tokens = 4096
+    c.rollout.max_teacher_prompt_tokens = 4608
     c.train.c_kl = 0.001
     c.train.c_ent = 0.0
     return with_preset(
@@ -23,5 +24,5 @@ def get_config(preset: str = "local"):
         local=dict(stage1_tasks=8, max_steps=3, prompt_tokens=512, analysis_prompt_tokens=768, eval_tasks=8),
         paper={"env.retriever": "http", "env.retriever_url": "http://127.0.0.1:8000/retrieve",
                "stage1.num_tasks": 180, "rl.tasks_per_update": 128, "rl.mini_batch_size": 512,
-               "train.schedule": "warmup_constant", "train.warmup_steps": 15},  # warmup: 10% of 150 updates
+               "train.schedule": "warmup_constant", "train.warmup_updates": 15},  # warm-up: 10% of 150 updates
         tiny={"rollout.max_steps": 2})

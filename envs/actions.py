@@ -1,4 +1,4 @@
-"""Projection of a raw model response to an action (spec section 5).
+"""Projection of a raw model response to an action (docs/METHOD.md §5).
 
 A response is expected as ``<think>...</think>`` followed by one action block such as
 ``<action>go to desk 1</action>``, ``<search>query</search>`` or ``<answer>text</answer>``.

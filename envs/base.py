@@ -6,7 +6,7 @@ An environment is a small stateful object:
     obs, reward, done, info = env.step(response_text)
 
 `response_text` is the raw model response. The environment projects it to an action with
-`envs.actions.parse_action`, applies the invalid-action penalty of spec section 5 when the
+`envs.actions.parse_action`, applies the invalid-action penalty of docs/METHOD.md §5 when the
 response is invalid (the game then sees a no-op), and reports at least these `info` keys:
 
 - ``valid`` (bool): whether the response held exactly one well-formed action block;
@@ -31,7 +31,7 @@ WIN_REWARD = 10.0  # reward of the winning step in the 10 x won environments
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EnvSpec:
-    """Agent-facing constants of one benchmark (spec section 5).
+    """Agent-facing constants of one benchmark (docs/METHOD.md §5).
 
     The defaults are those of the 10 x won environments (ALFWorld, WebShop, household): one
     ``<action>`` block per response, 0.1 charged for an invalid one, success iff the episode

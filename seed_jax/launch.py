@@ -1,7 +1,7 @@
 """Entry point: ``python -m seed_jax.launch --config=configs/search.py[:preset] [--workdir=DIR] [--stages=...]``.
 
-Runs stage-1 collection, annotation and SFT, then SEED RL, then evaluation (spec sections
-2, 3, 6, 7). Overrides: ``--config.rl.num_updates=10``. Re-running with the same workdir
+Runs stage-1 collection, annotation and SFT, then SEED RL, then evaluation (docs/METHOD.md
+§2, §3, §6, §7). Overrides: ``--config.rl.num_updates=10``. Re-running with the same workdir
 resumes: finished stages are skipped and RL continues from its last checkpoint.
 On several hosts (``JAX_COORDINATOR_ADDRESS`` etc. set, or a TPU pod) JAX's distributed runtime
 is initialised first; each host runs its own environments for its share of the tasks and one

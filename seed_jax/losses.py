@@ -1,6 +1,6 @@
 """SEED losses as pure functions: GRPO policy loss, KL estimators, entropy, OPD, advantages.
 
-Conventions (spec sections 3 and 6):
+Conventions (docs/METHOD.md §3):
 
 - Per-token arrays have shape ``[B, R]`` (batch of step-samples x response tokens); any
   leading shape works as long as all per-token arguments agree.
@@ -316,7 +316,7 @@ def opd_loss(
     beta: float = 5.0,
     response_mask: jax.Array | None = None,
 ) -> LossOutput:
-    """Gated on-policy distillation toward the skill-augmented teacher (spec 3.4-3.5).
+    """Gated on-policy distillation toward the skill-augmented teacher (docs/METHOD.md §3.7).
 
     With ``l = logp`` (ordinary context, trainable), ``t = teacher_logp`` (skill context) and
     ``m = mask`` (response mask x trajectory-has-skill mask)::
@@ -328,7 +328,7 @@ def opd_loss(
     so ``dL_opd/dl = -g / N`` on tokens with m = 1 and 0 elsewhere; no gradient reaches ``t``.
 
     ``N`` is the token count of the returned TokenSum: ``sum(response_mask)`` when
-    ``response_mask`` is given (the spec's "masked_mean over all valid response tokens":
+    ``response_mask`` is given (the masked mean over all valid response tokens of docs/METHOD.md §3.7:
     tokens of skill-less trajectories count in the denominator but contribute 0), otherwise
     ``sum(mask)``. ``mask`` must be a subset of ``response_mask``.
 
@@ -427,7 +427,7 @@ def group_advantages(
     ``rewards[i]`` is the score of item i and ``group_ids[i]`` (any sortable ids: ints or
     strings) its task group q. With mean_q and std_q over the items of group q::
 
-        mean_std:          A_i = (r_i - mean_q) / (std_q + eps)      (default, spec 3.6)
+        mean_std:          A_i = (r_i - mean_q) / (std_q + eps)      (default, docs/METHOD.md §3.3)
         mean:              A_i = r_i - mean_q                        (authors' WebShop mean_norm)
         step_pooled:       same formula as mean_std, but the items are step-samples
         step_pooled_mean:  same formula as mean, items are step-samples
@@ -450,8 +450,11 @@ def group_advantages(
     return fn(rewards, group_ids, eps)
 
 
+PENALTY_MODES = ("after_norm", "in_score")
+
+
 def step_scores(episode_reward: Any, invalid_penalties: Any) -> np.ndarray:
-    """Per-step score = episode reward - that step's invalid-action penalty (spec 3.6).
+    """Per-step score = episode reward - that step's invalid-action penalty (docs/METHOD.md §3.3).
 
     Both broadcast (e.g. episode reward gathered per step, penalty 0 for valid steps).
     """
@@ -466,6 +469,7 @@ def step_advantages(
     step_penalties: Any,
     mode: str = "mean_std",
     eps: float = 1e-6,
+    penalty_mode: str = "after_norm",
 ) -> np.ndarray:
     """Advantage of every step-sample, float32 ``[n_steps]``.
 
@@ -480,9 +484,18 @@ def step_advantages(
         mean:      A_k = (R_j - mean_q) - p_k  =  score_k - mean_q
 
     i.e. the episode reward is normalised over the group and the penalty is then subtracted
-    in reward units, unscaled. (Dividing the penalty by std_q + eps as well would make a
-    single invalid step weigh -p/eps ~ -1e5 in the frequent groups where every trajectory
-    has the same outcome, std_q = 0.) A trajectory in a group of one gets A = -p_k.
+    in reward units, unscaled (``penalty_mode="after_norm"``, the default). A trajectory in a
+    group of one gets A = -p_k.
+
+    ``penalty_mode="in_score"`` (the literal reading of "score = reward - penalty, then
+    normalise") puts the penalty inside the normalised score, with the group statistics of
+    the trajectories' rewards::
+
+        mean_std:  A_k = (R_j - p_k - mean_q) / (std_q + eps)      (0 in a group of one)
+
+    which makes a single invalid step weigh -p/eps ~ -1e5 in the frequent groups where every
+    trajectory has the same outcome (std_q = 0). For ``mean`` both placements coincide; the
+    step-pooled modes always have the penalty in their score.
 
     Step-pooled modes (authors' code; statistics over all step-samples of group q)::
 
@@ -504,6 +517,12 @@ def step_advantages(
         raise ValueError(
             f"step_traj_index out of range [0, {r.shape[0]}): min {idx.min()}, max {idx.max()}"
         )
+    if penalty_mode not in PENALTY_MODES:
+        raise ValueError(f"unknown penalty mode {penalty_mode!r}; choose one of {PENALTY_MODES}")
+    if mode == "mean_std" and penalty_mode == "in_score":
+        mean, std, size = _group_stats(r, g)
+        a = (r[idx] - pen - mean[idx]) / (std[idx] + eps)
+        return np.where(size[idx] > 1, a, 0.0).astype(np.float32)
     if mode in ("mean_std", "mean"):
         a_traj = group_advantages(r, g, mode=mode, eps=eps).astype(np.float64)
         return (a_traj[idx] - pen).astype(np.float32)

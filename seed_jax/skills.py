@@ -1,6 +1,6 @@
 """Hindsight skills: the analyzer input x_tau, tolerant parsing of its JSON answer, and H(h, s).
 
-Spec sections 2 and 4. No JAX: generation is done by the caller (the policy sampler, or an
+docs/METHOD.md §2 and §4. No JAX: generation is done by the caller (the policy sampler, or an
 external chat API through `annotate`).
 
 - `build_analyzer_prompt(traj)` -> x_tau: task, outcome label, then per step its index, the raw
@@ -113,50 +113,74 @@ def _step_block(index: int, observation: str, response: str, valid: bool) -> str
 
 def build_analyzer_prompt(traj: Trajectory, success_threshold: float | None = None,
                           max_chars: int | None = DEFAULT_MAX_CHARS) -> str:
-    """x_tau of spec section 4 (the user message given to the analyzer).
+    """x_tau, the user message given to the analyzer (`render_analyzer_prompt` without its flag)."""
+    return render_analyzer_prompt(traj, success_threshold, max_chars)[0]
+
+
+def middle_out(n: int, k: int) -> tuple[int, int]:
+    """The ``k``-th range ``[lo, hi)`` of steps to omit out of ``n``: it starts at the middle step
+    ``n // 2`` and grows one step at a time, alternately towards the end and towards the start,
+    never over the first (0) or the last (n - 1) step; ``k = 0`` is the empty range."""
+    lo = hi = n // 2
+    for i in range(k):
+        if (i % 2 == 0 and hi < n - 1) or lo <= 1:
+            hi = min(hi + 1, n - 1)
+        else:
+            lo -= 1
+    return lo, hi
+
+
+def render_analyzer_prompt(traj: Trajectory, success_threshold: float | None = None,
+                           max_chars: int | None = DEFAULT_MAX_CHARS) -> tuple[str, bool]:
+    """``(x_tau, cut)``: x_tau of docs/METHOD.md §4.2 (the user message given to the analyzer)
+    and whether the budget (§4.4) shortened it.
 
     Layout: header (task, outcome), one block per step (1-based index, raw observation, full
     response, validity), the final observation when the trajectory has one, the instruction.
     Rewards and penalties are never shown.
 
     Budget: when the text exceeds ``max_chars`` (None = no limit), it is shortened in stages,
-    each stage walking from the oldest step to the newest and stopping as soon as the text
-    fits: (1) a step's observation is replaced by a placeholder; (2) a step's response is cut
-    to its last 300 characters (the action block sits at the end); (3) the oldest steps are
-    dropped whole (never the last one), leaving a note of how many. Header and instruction are
-    always kept, so the result can still exceed the budget for extreme inputs.
+    each stopping as soon as the text fits: (1) steps are dropped from the middle of the
+    trajectory outwards (`middle_out`: the first and the last step always stay), leaving a note
+    of which; (2) the observations of the remaining steps are replaced by a placeholder, oldest
+    first; (3) their responses are cut to their last 300 characters (the action block sits at
+    the end), oldest first. Header and instruction are never cut, so the result can still exceed
+    the budget for extreme inputs.
     """
     outcome = outcome_label(traj, success_threshold)
     header, footer = _header(traj, outcome), _footer(traj, outcome)
+    n = len(traj.steps)
     obs = [s.raw_observation for s in traj.steps]
     resp = [s.response_text for s in traj.steps]
-    first = 0  # index of the first step still shown
+    lo = hi = 0  # the omitted steps [lo, hi)
 
     def render() -> str:
-        blocks = [_step_block(i + 1, obs[i], resp[i], traj.steps[i].valid)
-                  for i in range(first, len(traj.steps))]
-        if first:
-            blocks.insert(0, f"[steps 1-{first} omitted to save space]")
+        blocks = [_step_block(i + 1, obs[i], resp[i], traj.steps[i].valid) for i in range(lo)]
+        if hi > lo:
+            blocks.append(f"[steps {lo + 1}-{hi} omitted to save space]")
+        blocks += [_step_block(i + 1, obs[i], resp[i], traj.steps[i].valid) for i in range(hi, n)]
         return "\n\n".join([header, *blocks, footer])
 
     text = render()
     if max_chars is None or len(text) <= max_chars:
-        return text
-    for i in range(len(obs)):
+        return text, False
+    for k in range(1, max(n - 1, 0)):
+        lo, hi = middle_out(n, k)
+        text = render()
+        if len(text) <= max_chars:
+            return text, True
+    for i in [*range(lo), *range(hi, n)]:
         obs[i] = _OBS_OMITTED
         text = render()
         if len(text) <= max_chars:
-            return text
-    for i in range(len(resp)):
+            return text, True
+    for i in [*range(lo), *range(hi, n)]:
         if len(resp[i]) > _RESP_TAIL_CHARS + len(_RESP_OMITTED):
             resp[i] = _RESP_OMITTED + resp[i].strip()[-_RESP_TAIL_CHARS:]
             text = render()
             if len(text) <= max_chars:
-                return text
-    while first < len(traj.steps) - 1 and len(text) > max_chars:
-        first += 1
-        text = render()
-    return text
+                return text, True
+    return text, True
 
 
 # ----------------------------------------------------------------------------------------------
@@ -235,7 +259,7 @@ def find_task_line(lines: list[str]) -> int | None:
 
 
 def insert_skill(prompt_text: str, skill: str) -> str:
-    """H(h, s) of spec section 4, on the user-message text (the caller applies the same chat
+    """H(h, s) of docs/METHOD.md §4.1, on the user-message text (the caller applies the same chat
     template and left truncation as for the ordinary prompt).
 
     With ``B = skill_block(skill)`` and the prompt split on '\\n' into lines L:

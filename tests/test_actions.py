@@ -1,4 +1,4 @@
-"""Property tests of the action-block parser `envs.actions.parse_action` (spec section 5).
+"""Property tests of the action-block parser `envs.actions.parse_action` (docs/METHOD.md §5).
 
 Two independent references are used:
 

@@ -118,6 +118,7 @@ def _diff(got, want, path="") -> list[str]:
 def test_the_train_section_holds_the_trainconfig_defaults():
     defaults = TrainConfig()
     train = base_config().train.to_dict()
+    assert train.pop("warmup_updates") == 0  # the run's warm-up, in RL updates (becomes warmup_steps)
     assert sorted(train) == sorted(RUN_TRAIN_FIELDS)
     expected = {f: getattr(defaults, f) for f in RUN_TRAIN_FIELDS}
     expected["micro_batch_size"] = 16  # the one run default that differs (a run always micro-batches)
@@ -126,7 +127,7 @@ def test_the_train_section_holds_the_trainconfig_defaults():
 
 
 # one value per exposed field, each different from its default and from the other presets' values
-NON_DEFAULT = dict(lr=3e-4, weight_decay=0.02, grad_clip=0.5, warmup_steps=1, schedule="warmup_constant",
+NON_DEFAULT = dict(lr=3e-4, weight_decay=0.02, grad_clip=0.5, schedule="warmup_constant",
                    c_ent=0.002, c_kl=0.03, kl_kind="k2", lambda_opd=0.05, beta_opd=2.0, clip_low=0.1,
                    clip_high=0.3, dual_clip=2.5, micro_batch_size=8, teacher_from_old=True)
 
@@ -134,9 +135,10 @@ NON_DEFAULT = dict(lr=3e-4, weight_decay=0.02, grad_clip=0.5, warmup_steps=1, sc
 def test_every_train_key_of_a_run_reaches_the_train_config():
     assert set(NON_DEFAULT) == set(RUN_TRAIN_FIELDS)
     c = _config("search:tiny")
-    set_keys(c, {f"train.{k}": v for k, v in NON_DEFAULT.items()})
+    set_keys(c, {f"train.{k}": v for k, v in NON_DEFAULT.items()} | {"train.warmup_updates": 1})
     tc = train_config(c)
     assert {k: getattr(tc, k) for k in NON_DEFAULT} == NON_DEFAULT
+    assert (tc.warmup_steps, tc.schedule_unit) == (1, "update")
     assert {k: getattr(tc, k) for k in NON_DEFAULT} != {k: getattr(TrainConfig(), k) for k in NON_DEFAULT}
 
 
@@ -156,12 +158,12 @@ def test_command_line_overrides_of_train_keys_reach_the_train_config():
 def test_the_derived_fields_come_from_the_run():
     c = _config("search:tiny")
     set_keys(c, {"model.remat": True, "model.dtype": "bfloat16", "model.param_dtype": "bfloat16",
-                 "rl.num_updates": 7, "train.warmup_steps": 3, "train.schedule": "cosine", "method": "grpo"})
+                 "rl.num_updates": 7, "train.warmup_updates": 3, "train.schedule": "cosine", "method": "grpo"})
     tc = train_config(c)
     assert (tc.remat, tc.compute_dtype, tc.param_dtype, tc.total_steps) == (True, "bfloat16", "bfloat16", 7)
     assert tc.lambda_opd == 0.0 and c.train.lambda_opd > 0  # grpo: no OPD term
     c.rl.num_updates = 2
-    assert train_config(c).total_steps == 4  # at least warmup_steps + 1
+    assert train_config(c).total_steps == 4  # at least warmup_updates + 1
     sft = sft_train_config(c)
     assert (sft.remat, sft.compute_dtype, sft.lr) == (True, "bfloat16", c.stage1.sft_lr)
 

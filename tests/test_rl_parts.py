@@ -144,3 +144,165 @@ def test_gate_audit_equals_a_numpy_sigmoid_reference():
     both = np.concatenate([g[0][mask[0] > 0], g[1][mask[1] > 0]])
     assert per_traj["a"].mean == pytest.approx(both.mean(), rel=1e-5) and per_traj["a"].n_tokens == 8
     assert set(per_traj) == {"a", "c"} and math.isclose(per_traj["c"].share_gt_half, (g[3][:2] > 0.5).mean())
+
+
+def test_the_run_bank_knows_task_types_for_rl_and_final_eval(tmp_path):
+    """The bank of a run (RL and both evaluations) looks skills up by task type: an eval task of
+    type 'look' gets the 'look' skill, not the first successful one (a 'heat' skill)."""
+    import types
+
+    from seed_jax.skills import SkillRecord, canonical_answer, write_skill_records
+
+    recs = [SkillRecord("x", canonical_answer("s", "Heat the thing in the microwave first, then place it."), "a",
+                        "success", "t-heat"),
+            SkillRecord("x", canonical_answer("s", "Look under the desk lamp to examine the object there."), "b",
+                        "success", "t-look")]
+    (tmp_path / "stage1").mkdir()
+    write_skill_records(tmp_path / "stage1" / "sft.jsonl", recs)
+    bench = types.SimpleNamespace(train_split="train", tasks=lambda split: [
+        {"task_id": "t-heat", "task_type": "heat"}, {"task_id": "t-look", "task_type": "look"}])
+    bank = SkillBank.for_run(tmp_path, bench)
+    assert bank.lookup({"task_id": "eval-7", "task_type": "look"}).startswith("Look under")
+    assert bank.lookup({"task_id": "eval-8", "task_type": "heat"}).startswith("Heat the")
+    assert bank.lookup({"task_id": "eval-9", "task_type": "cool"}).startswith("Heat the")  # first success
+
+
+# ------------------------------------------------------------------ issue-12 recipe fixes
+
+
+def test_ppo_mini_batches_hold_the_real_rows_first():
+    """10 real rows in mini-batches of 4: the first two are all real rows, the two padding rows
+    sit in the last one (not spread over all three)."""
+    real_counts = []
+
+    def step(state, mb):
+        real_counts.append(int((mb.response_mask.sum(1) > 0).sum()))
+        return state, {"loss": 0.0, "tokens": float(mb.response_mask.sum())}
+
+    for update in range(5):  # several permutations: never a padding row before the last slice
+        real_counts.clear()
+        ppo_epochs(0, _seed_batch(10), step, mini_batch_size=4, micro_batch_size=2, epochs=1, seed=0,
+                   update=update, mesh=None)
+        assert real_counts == [4, 4, 2]
+
+
+def test_penalty_mode_by_hand():
+    from seed_jax.losses import step_advantages
+
+    # group 0: equal outcomes (10, 10); group 1: (10, 0). Step k of trajectory j, penalties p_k.
+    R, groups = [10.0, 10.0, 10.0, 0.0], [0, 0, 1, 1]
+    steps, pen = [0, 0, 1, 2, 3], [0.0, 0.1, 0.0, 0.1, 0.0]
+    after = step_advantages(R, groups, steps, pen, penalty_mode="after_norm")
+    std1 = np.std([10.0, 0.0], ddof=1)
+    np.testing.assert_allclose(after, [0.0, -0.1, 0.0, 10.0 / 2 / (std1 + 1e-6) - 0.1, -5.0 / (std1 + 1e-6)],
+                               rtol=1e-6)
+    inside = step_advantages(R, groups, steps, pen, penalty_mode="in_score")
+    np.testing.assert_allclose(inside, [0.0, -0.1 / 1e-6, 0.0, (10 - 0.1 - 5) / (std1 + 1e-6), -5 / (std1 + 1e-6)],
+                               rtol=1e-5)
+    with pytest.raises(ValueError, match="penalty mode"):
+        step_advantages(R, groups, steps, pen, penalty_mode="before")
+
+
+def _char_encode(text):
+    return [ord(c) for c in text]
+
+
+def test_teacher_prompt_keeps_the_skill_and_task_and_drops_the_oldest_history():
+    from seed_jax.rollout.batch import teacher_prompt
+    from seed_jax.skills import insert_skill
+
+    lines = ["You are an agent.", "Your task is to: put a mug on the desk."] + \
+        [f"[history {i}] you saw a long corridor with many doors." for i in range(10)] + ["Answer in <action>."]
+    h = "\n".join(lines)
+    skill = "Check the desk drawer before walking to other rooms."
+    full, cut = teacher_prompt(h, skill, _char_encode, cap=10_000)
+    assert not cut and full == _char_encode(insert_skill(h, skill))
+    cap = len(full) - 150
+    ids, cut = teacher_prompt(h, skill, _char_encode, cap=cap)
+    text = "".join(map(chr, ids))
+    assert cut and len(ids) <= cap
+    assert text.startswith("You are an agent.\nYour task is to: put a mug") and skill in text
+    assert text.endswith("[history 9] you saw a long corridor with many doors.\nAnswer in <action>.")
+    assert "[history 0]" not in text and "[history 1]" not in text and "[history 5]" in text
+
+
+def test_fit_analyzer_prompt_keeps_header_first_and_last_steps():
+    from seed_jax.rollout.analyzer import fit_analyzer_prompt
+
+    s = [StepSample([1], [2], [-1.0], f"<think>step {i}</think><action>go {i}</action>", "p", f"OBS-{i} " + "y" * 300,
+                    True, 0.0) for i in range(12)]
+    traj = Trajectory("t", 0, "t#0", "put a mug on the desk", s, 0.0, False)
+    text, ids, cut = fit_analyzer_prompt(traj, _char_encode, 10.0, max_prompt_tokens=1200)
+    assert cut and len(ids) <= 1200 and ids == _char_encode(text)  # fitted by re-rendering, not by a left cut
+    assert "put a mug on the desk" in text and "### Step 1\n" in text and "### Step 12\n" in text
+    assert "omitted to save space]" in text and text.rstrip().endswith('"episode_skill": string}')
+    full, _, cut = fit_analyzer_prompt(traj, _char_encode, 10.0, max_prompt_tokens=100_000)
+    assert not cut and all(f"### Step {i}\n" in full for i in range(1, 13))
+
+
+def test_schedule_counts_updates_not_optimizer_steps():
+    """schedule_unit 'update': the step leaves the position alone and the RL stage sets it per
+    update, so two mini-batches of update 1 both train at lr(1); 'step' advances per step."""
+    import jax
+
+    from seed_jax.train.config import TrainConfig
+    from seed_jax.train.mesh import make_mesh
+    from seed_jax.train.state import at_schedule_pos, create_sharded_state
+    from seed_jax.train.step import make_train_step
+    from seed_jax.train.synthetic import random_params, synthetic_seed_batch, tiny_config
+    from seed_jax.train.update import metric_means
+
+    cfg, mesh = tiny_config(), make_mesh(devices=jax.devices()[:1])
+    batch = synthetic_seed_batch(0, 4, 6, 5, 7, cfg.vocab_size).replace(teacher_logp=None)
+    params = random_params(cfg, 0)
+    for unit, want in (("update", [0.5, 0.5]), ("step", [0.25, 0.5])):
+        tc = TrainConfig(lr=1.0, schedule="warmup_constant", warmup_steps=4, schedule_unit=unit, adam_eps=1e-3)
+        state = create_sharded_state(params, tc, mesh)
+        if unit == "update":
+            state = at_schedule_pos(state, 1)
+        lrs = []
+        for _ in range(2):
+            state, m = make_train_step(cfg, tc, mesh)(state, batch)
+            lrs.append(metric_means(m)["lr"])
+        assert lrs == pytest.approx(want), unit
+        assert int(state.schedule_pos) == (1 if unit == "update" else 2)
+
+
+def test_run_schedules_are_stated_in_updates():
+    from configs import search
+    from seed_jax.pipeline.runtime import train_config
+
+    tc = train_config(search.get_config("paper"))
+    assert (tc.schedule_unit, tc.schedule, tc.warmup_steps, tc.total_steps) == ("update", "warmup_constant", 15, 150)
+    c = search.get_config("tiny")
+    c.train.schedule, c.rl.num_updates = "cosine", 40
+    assert train_config(c).total_steps == 40  # the cosine runs over all updates, not optimizer steps
+
+
+def test_teacher_from_old_without_any_parsed_skill_trains():
+    """An update in which no skill parsed (early seed_no_sft updates): teacher_from_old still gets
+    a teacher_logp (masked out of OPD on every row) and the step runs."""
+    import jax
+
+    from seed_jax.pipeline.update_batch import build_update_batch
+    from seed_jax.rollout.batch import BatchSettings
+    from seed_jax.train.config import TrainConfig
+    from seed_jax.train.mesh import make_mesh
+    from seed_jax.train.state import create_sharded_state
+    from seed_jax.train.step import make_train_step
+    from seed_jax.train.synthetic import random_params, tiny_config
+    from seed_jax.train.update import metric_means
+
+    cfg = tiny_config()
+    steps = lambda j: [StepSample([3, 4, 5 + j], [6, 7, 8], [-1.0] * 3, "r", "Your task is to: t", "o", True, 0.0)]  # noqa: E731
+    trajs = [Trajectory("q", 0, f"q#{j}", "t", steps(j), 10.0 * (j % 2), bool(j % 2)) for j in range(4)]
+    tc = TrainConfig(lr=1e-3, lambda_opd=0.5, teacher_from_old=True, micro_batch_size=4)
+    params = jax.device_get(random_params(cfg, 0))
+    ub = build_update_batch(trajs, {t.traj_id: None for t in trajs}, BatchSettings(64, 8), encode_prompt=_char_encode,
+                            pad_id=0, model_cfg=cfg, train_cfg=tc, old_params=params, ref_params=params,
+                            with_teacher=True, audit_gates=True, micro_batch_size=4)
+    assert ub.batch.teacher_logp is not None and ub.batch.has_skill.sum() == 0 and ub.step_gates == []
+    mesh = make_mesh(devices=jax.devices()[:1])
+    _, m = make_train_step(cfg, tc, mesh)(create_sharded_state(params, tc, mesh), ub.batch)
+    m = metric_means(m)
+    assert m["skipped"] == 0 and m["opd_active_share"] == 0.0 and np.isfinite(m["loss"])

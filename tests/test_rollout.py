@@ -9,7 +9,7 @@ import pytest
 from seed_jax.models import Model, ModelConfig
 from seed_jax.models.decoder import init_params
 from seed_jax.rollout.analyzer import analyze_trajectories
-from seed_jax.rollout.batch import build_batch
+from seed_jax.rollout.batch import BatchSettings, build_batch
 from seed_jax.rollout.loop import RolloutSettings, make_prompt_encoder, run_rollouts
 from seed_jax.rollout.pool import EnvFactory, open_env_pool
 from seed_jax.sampling import SamplingParams
@@ -72,7 +72,7 @@ def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
         assert t.episode_reward == pytest.approx(sum(s.reward for s in t.steps))
         assert t.steps[0].prompt_text.count(t.task_description.strip()[:20]) >= 1
 
-    parses, prompts = analyze_trajectories(tiny_policy, smol_tokenizer, trajs, encode_prompt=encode,
+    parses, prompts, _ = analyze_trajectories(tiny_policy, smol_tokenizer, trajs, encode_prompt=encode,
                                            success_threshold=spec.success_threshold, max_new_tokens=8,
                                            max_prompt_tokens=2048, progress=False)
     assert set(parses) == {t.traj_id for t in trajs}
@@ -82,8 +82,9 @@ def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
     # Inject a skill for every other trajectory (a random model writes none that parse).
     skill = "Always read the whole observation before choosing the next action carefully."
     skills = {t.traj_id: (skill if i % 2 == 0 else None) for i, t in enumerate(trajs)}
-    batch = build_batch(trajs, skills, encode, pad_id=smol_tokenizer.pad_token_id, max_prompt_tokens=1024,
-                        max_response_tokens=12)
+    batch = build_batch(trajs, skills, encode, BatchSettings(max_prompt_tokens=1024, max_response_tokens=12,
+                                                             max_teacher_prompt_tokens=2048),
+                        pad_id=smol_tokenizer.pad_token_id)
     a = {k: getattr(batch, k) for k in ("student_ids", "student_mask", "teacher_ids", "teacher_mask",
                                         "response_mask", "has_skill", "advantages")}
     P, Pt, R = batch.prompt_len, batch.teacher_prompt_len, batch.response_len
@@ -139,10 +140,9 @@ def test_env_error_trajectories_are_excluded_from_the_batch(tiny_policy, smol_to
         return Trajectory(tid, g, tid, "t", [s], r, r > 0, env_error=err)
 
     trajs = [traj("a", 0, False, 10.0), traj("b", 0, True, 0.0), traj("c", 0, False, 0.0)]
-    batch = build_batch(trajs, {}, make_prompt_encoder(smol_tokenizer), pad_id=0, max_prompt_tokens=64,
-                        max_response_tokens=8, with_teacher=False)
+    batch = build_batch(trajs, {}, make_prompt_encoder(smol_tokenizer), BatchSettings(64, 8), pad_id=0,
+                        with_teacher=False)
     assert [r.traj_id for r in batch.rows] == ["a", "c"]
     assert batch.teacher_ids is None
     with pytest.raises(ValueError, match="no trajectory"):
-        build_batch([trajs[1]], {}, make_prompt_encoder(smol_tokenizer), pad_id=0, max_prompt_tokens=64,
-                    max_response_tokens=8)
+        build_batch([trajs[1]], {}, make_prompt_encoder(smol_tokenizer), BatchSettings(64, 8), pad_id=0)

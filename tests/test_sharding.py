@@ -54,7 +54,7 @@ def worker(out: str) -> None:
     state, metrics = run_step(mesh, TC.replace(micro_batch_size=4), host_local_batch_to_global)
     specs = {
         "q": state.params["layers"]["self_attn"]["q_proj"]["kernel"].sharding.spec,
-        "mu_down": state.opt_state[1][0].mu["layers"]["mlp"]["down_proj"]["kernel"].sharding.spec,
+        "mu_down": state.opt_state[1].mu["layers"]["mlp"]["down_proj"]["kernel"].sharding.spec,
         "embed": state.params["embed_tokens"]["embedding"].sharding.spec,
     }
     assert specs == {"q": P(None, "fsdp", "tensor"), "mu_down": P(None, "tensor", "fsdp"),

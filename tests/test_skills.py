@@ -22,8 +22,10 @@ from seed_jax.skills import (
     annotate,
     build_analyzer_prompt,
     insert_skill,
+    middle_out,
     parse_skill,
     read_skill_records,
+    render_analyzer_prompt,
     write_skill_records,
 )
 
@@ -263,17 +265,26 @@ def test_analyzer_prompt_contents():
     assert "FAILURE" in build_analyzer_prompt(traj, success_threshold=10.0)
 
 
-def test_analyzer_prompt_budget_cuts_oldest_observations_first():
+def test_analyzer_prompt_budget_cuts_the_middle_steps_first():
+    """Over budget, whole steps go from the middle outwards (4, then 5, 3, 6, ... of 8, counted
+    from 0); the header, the first and the last step stay; then observations, then responses."""
     traj = make_traj(won=False, n_steps=8, obs_len=1000)
-    full = build_analyzer_prompt(traj, max_chars=None)
-    text = build_analyzer_prompt(traj, max_chars=len(full) - 2500)
-    assert len(text) <= len(full) - 2500
-    kept = [f"OBS-{i}:" in text for i in range(8)]
-    assert kept == [False, False, False, True, True, True, True, True]
-    assert all(s.response_text in text for s in traj.steps)
-    tiny = build_analyzer_prompt(traj, max_chars=1500)
-    assert "OBS-" not in tiny and traj.steps[-1].response_text in tiny
-    assert "[steps 1-" in tiny and "### Step 8" in tiny
+    full, cut = render_analyzer_prompt(traj, max_chars=None)
+    assert not cut and full == build_analyzer_prompt(traj, max_chars=None)
+    text, cut = render_analyzer_prompt(traj, max_chars=len(full) - 2500)
+    assert cut and len(text) <= len(full) - 2500
+    kept = [f"### Step {i + 1}\n" in text for i in range(8)]
+    # each step block is ~1.1k characters and the note ~40: two blocks save ~2.18k < 2.5k, so
+    # three go (indices 3, 4, 5; 1-based 4-6), every observation and response of the rest stays
+    assert kept == [True, True, True, False, False, False, True, True]
+    assert "[steps 4-6 omitted to save space]" in text and text.count("x" * 1000) == 5
+    # header and footer (final observation, instruction) untouched
+    assert text.startswith(full[:full.index("### Step 1")]) and text.endswith(full[full.index("## Final observation"):])
+    tiny, cut = render_analyzer_prompt(traj, max_chars=1500)
+    assert cut and "### Step 1\n" in tiny and "### Step 8\n" in tiny and "[steps 2-7 omitted" in tiny
+    assert "OBS-" not in tiny and traj.steps[-1].response_text[-40:] in tiny
+    assert [middle_out(8, k) for k in range(7)] == [(4, 4), (4, 5), (3, 5), (3, 6), (2, 6), (2, 7), (1, 7)]
+    assert middle_out(2, 0) == (1, 1) and middle_out(1, 0) == (0, 0)
 
 
 # ----------------------------------------------------------------------------------------------

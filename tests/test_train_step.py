@@ -109,7 +109,7 @@ def _row_logp(logits_row, ids_row, start):
 
 
 def reference_loss(p, b, teacher_params, gate_logp, tc):
-    """Hand-written per-row loss, vmapped over rows, summed, / N (spec 3):
+    """Hand-written per-row loss, vmapped over rows, summed, / N (docs/METHOD.md §3.8):
     per token pg - c_ent H + c_kl k3 + lambda has_skill g (t - l)."""
 
     def row(sid, smask, tid, tmask, a, old, ref, m, skill, gl):

@@ -1,4 +1,4 @@
-"""`AlfWorldEnv`: the agent-facing ALFWorld environment (spec section 5).
+"""`AlfWorldEnv`: the agent-facing ALFWorld environment (docs/METHOD.md §5).
 
 - reset(task) loads the task's game file (kept loaded while the same game is reset again),
   returns the initial observation without TextWorld's welcome header; the task description

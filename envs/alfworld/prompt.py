@@ -15,7 +15,7 @@ Layout (the history sentence is left out at step 1, when nothing has been done y
     You should first reason step-by-step ... <think> </think> tags.
     Once you've finished your reasoning, ... within <action> </action> tags.
 
-The 'Your task is to:' line is the anchor after which H(h, s) inserts a skill (spec section 4);
+The 'Your task is to:' line is the anchor after which H(h, s) inserts a skill (docs/METHOD.md §4.1);
 observations are shown without their own task line so the anchor is unique.
 """
 

@@ -1,4 +1,4 @@
-"""`HouseholdEnv`: a small procedurally generated household in ALFWorld's style (spec section 5).
+"""`HouseholdEnv`: a small procedurally generated household in ALFWorld's style (docs/METHOD.md §5).
 
 - reset(task) takes a task dict of `envs.household.tasks` and returns the initial
   observation: the room description, a blank line and 'Your task is to: <task sentence>'.

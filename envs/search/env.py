@@ -1,4 +1,4 @@
-"""Search QA environment (spec section 5): search with `<search>q</search>`, finish with
+"""Search QA environment (docs/METHOD.md §5): search with `<search>q</search>`, finish with
 `<answer>a</answer>`, reward = exact match (SQuAD normalisation) of the answer.
 
 Episode rules

@@ -1,4 +1,4 @@
-"""WebShop as a seed_jax `Environment` (spec section 5), plus a picklable factory and goal lists.
+"""WebShop as a seed_jax `Environment` (docs/METHOD.md §5), plus a picklable factory and goal lists.
 
 Agent contract: the response holds ``<think>...</think>`` then ``<action>search[query]</action>``
 or ``<action>click[text]</action>``. The action text is lower-cased (as the original env does

@@ -35,7 +35,7 @@ _VERB = {"clean": "clean", "heat": "heat", "cool": "cool"}
 
 
 def respond(think: str, action: str) -> str:
-    """The response format of spec section 5: ``<think>t</think><action>a</action>``."""
+    """The response format of docs/METHOD.md §5: ``<think>t</think><action>a</action>``."""
     return f"<think>{think}</think><action>{action}</action>"
 
 

@@ -91,7 +91,7 @@ def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_
     shift = rng.randrange(1, len(demos)) if len(demos) > 1 else 0
     shuffled = [own[(i + shift) % len(demos)] for i in range(len(demos))]  # every demo gets another's
     trajs = [d.to_trajectory(f"probe#{i}") for i, d in enumerate(demos)]
-    parses, _ = analyze_trajectories(model, tok, trajs, encode_prompt=make_prompt_encoder(tok),
+    parses, _, _ = analyze_trajectories(model, tok, trajs, encode_prompt=make_prompt_encoder(tok),
                                      success_threshold=success_threshold,
                                      max_new_tokens=analyzer_max_new_tokens,
                                      max_prompt_tokens=max_prompt_tokens, progress=False)

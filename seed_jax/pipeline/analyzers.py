@@ -1,7 +1,7 @@
 """Where hindsight skills come from: one registry of analyzers, shared by stage 1 and RL.
 
 An analyzer maps finished trajectories to an `Analysis`: per trajectory the analyzer prompt
-``x_tau`` (`seed_jax.skills.build_analyzer_prompt`, the SFT input), the parsed answer and the
+``x_tau`` (`seed_jax.skills.render_analyzer_prompt`, the SFT input), the parsed answer and the
 skill that the RL step uses for the teacher prompt ``H(h, s)`` (None: no OPD signal).
 
 =============  =====================================================================  =========
@@ -31,21 +31,28 @@ from seed_jax.pipeline.heuristic_annotator import heuristic_skill
 from seed_jax.pipeline.skill_bank import SkillBank
 from seed_jax.rollout.analyzer import analyze_trajectories
 from seed_jax.rollout.trajectory import Trajectory
-from seed_jax.skills import SkillParse, annotate, build_analyzer_prompt, parse_skill
+from seed_jax.skills import SkillParse, annotate, parse_skill, render_analyzer_prompt
 
 
 @dataclasses.dataclass(frozen=True)
 class Analysis:
     """``parses`` / ``prompts``: traj_id -> the analyzer's parsed answer / its prompt x_tau (empty
-    for analyzers that write nothing, e.g. ``static``); ``skills``: traj_id -> the skill for OPD."""
+    for analyzers that write nothing, e.g. ``static``); ``skills``: traj_id -> the skill for OPD;
+    ``cut``: the trajectories whose x_tau the budget shortened."""
 
     parses: dict[str, SkillParse]
     prompts: dict[str, str]
     skills: dict[str, str | None]
+    cut: frozenset[str] = frozenset()
 
     @staticmethod
-    def from_parses(parses: dict[str, SkillParse], prompts: dict[str, str]) -> Analysis:
-        return Analysis(parses, prompts, {k: (p.skill if p.ok else None) for k, p in parses.items()})
+    def from_parses(parses: dict[str, SkillParse], prompts: dict[str, str], cut=frozenset()) -> Analysis:
+        return Analysis(parses, prompts, {k: (p.skill if p.ok else None) for k, p in parses.items()}, frozenset(cut))
+
+    @property
+    def truncated_share(self) -> float | None:
+        """Share of the analyser prompts that the budget shortened (None without prompts)."""
+        return len(self.cut) / len(self.prompts) if self.prompts else None
 
     @property
     def parse_rate(self) -> float | None:
@@ -76,8 +83,13 @@ class AnalysisContext:
         """The character budget of x_tau: ~3 characters per prompt token."""
         return 3 * self.max_prompt_tokens
 
-    def prompt(self, traj: Trajectory) -> str:
-        return build_analyzer_prompt(traj, self.success_threshold, max_chars=self.max_prompt_chars)
+    def prompt(self, traj: Trajectory) -> tuple[str, bool]:
+        """``(x_tau, cut)`` at the character budget (analyzers without a tokenizer)."""
+        return render_analyzer_prompt(traj, self.success_threshold, max_chars=self.max_prompt_chars)
+
+    def prompts(self, trajs: Sequence[Trajectory]) -> tuple[dict[str, str], frozenset[str]]:
+        rendered = {t.traj_id: self.prompt(t) for t in trajs}
+        return {k: v[0] for k, v in rendered.items()}, frozenset(k for k, v in rendered.items() if v[1])
 
 
 Analyzer = Callable[[Sequence[Trajectory], AnalysisContext], Analysis]
@@ -91,10 +103,10 @@ def self_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
     if ctx.policy is None:
         raise ValueError("the 'self' analyzer needs the policy (model, tokenizer, params, encode_prompt)")
     model, tok, params, encode = ctx.policy
-    parses, prompts = analyze_trajectories(
+    parses, prompts, cut = analyze_trajectories(
         model, tok, analyzable(trajs), params=params, encode_prompt=encode, success_threshold=ctx.success_threshold,
         max_new_tokens=ctx.max_new_tokens, max_prompt_tokens=ctx.max_prompt_tokens, batch_size=ctx.batch_size)
-    return Analysis.from_parses(parses, prompts)
+    return Analysis.from_parses(parses, prompts, cut)
 
 
 def openai_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
@@ -102,20 +114,20 @@ def openai_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
     chat = OpenAIChat(o["base_url"], o["model"], o.get("api_key_env", "OPENAI_API_KEY"),
                       max_tokens=ctx.max_new_tokens)
     todo = analyzable(trajs)
-    parses, prompts = {}, {}
+    prompts, cut = ctx.prompts(todo)
+    parses = {}
     bar = StageProgress(len(todo), "annotate")
     for t in todo:
-        prompts[t.traj_id] = ctx.prompt(t)
         parses[t.traj_id], _ = annotate(prompts[t.traj_id], chat, int(o.get("max_repairs", 2)))
         bar.update(1)
     bar.close()
-    return Analysis.from_parses(parses, prompts)
+    return Analysis.from_parses(parses, prompts, cut)
 
 
 def heuristic_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
     todo = analyzable(trajs)
     return Analysis.from_parses({t.traj_id: heuristic_skill(t, ctx.success_threshold) for t in todo},
-                                {t.traj_id: ctx.prompt(t) for t in todo})
+                                *ctx.prompts(todo))
 
 
 def scripted_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
@@ -124,8 +136,7 @@ def scripted_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
         raise ValueError(f"config.stage1.analyzer: 'scripted' is not available for env "
                          f"{getattr(ctx.bench, 'name', '?')!r} (it provides no expert analysis)")
     todo = analyzable(trajs)
-    return Analysis.from_parses({t.traj_id: parse_skill(answer(t)) for t in todo},
-                                {t.traj_id: ctx.prompt(t) for t in todo})
+    return Analysis.from_parses({t.traj_id: parse_skill(answer(t)) for t in todo}, *ctx.prompts(todo))
 
 
 def static_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
@@ -160,7 +171,7 @@ def shuffled(inner: Analyzer) -> Analyzer:
 
     def analyze(trajs, ctx: AnalysisContext) -> Analysis:
         a = inner(trajs, ctx)
-        return Analysis(a.parses, a.prompts, shuffle_skills(a.skills, ctx.seed, ctx.update))
+        return Analysis(a.parses, a.prompts, shuffle_skills(a.skills, ctx.seed, ctx.update), a.cut)
 
     return analyze
 

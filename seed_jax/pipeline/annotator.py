@@ -1,8 +1,8 @@
 """External stage-1 analyzer: any OpenAI-compatible chat endpoint (temperature 0).
 
 ``POST {base_url}/chat/completions {"model", "messages", "temperature": 0}`` with the key from
-an environment variable; bounded retries on transport errors; the repair turns of spec
-section 2 are done by `seed_jax.skills.annotate`.
+an environment variable; bounded retries on transport errors; the repair turns of
+docs/METHOD.md §2.2 are done by `seed_jax.skills.annotate`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Evaluation (spec section 6): success per split and per task type, without skills, temperature 0.4.
+"""Evaluation (docs/METHOD.md §6): success per split and per task type, without skills, temperature 0.4.
 
 Each split gives ``eval/<tag>_<split>.json`` in the schema `seed_jax.report` reads::
 
@@ -79,9 +79,7 @@ def eval_stage(run: Run) -> dict:
     c = run.config
     src = c.eval.checkpoint or run.policy_dir()
     model, tok = load_policy(c, src)
-    bank = None
-    if run.switches.prompt_skills:
-        bank = SkillBank.from_file(run.workdir / "stage1" / "sft.jsonl")
+    bank = SkillBank.for_run(run.workdir, run.bench) if run.switches.prompt_skills else None
     tag = "final" if not c.eval.checkpoint else "checkpoint"
     res = evaluate_params(run, model, tok, model.params, tag=tag, step=c.rl.num_updates, bank=bank)
     return {split: r["overall"] for split, r in res.items()}

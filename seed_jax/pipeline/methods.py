@@ -1,4 +1,4 @@
-"""The methods of a run (spec section 7) and what each one turns on.
+"""The methods of a run (docs/METHOD.md §7) and what each one turns on.
 
 ``config.method`` names one of `METHODS`; `switches(config)` says which parts of the pipeline
 run for it. A new method is one entry in `METHOD_SWITCHES` (and, when it needs a new kind of
@@ -12,7 +12,7 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class MethodSwitches:
-    """What a method (spec section 7) turns on: stage-1 SFT, OPD, skill source, skills in prompts."""
+    """What a method (docs/METHOD.md §7) turns on: stage-1 SFT, OPD, skill source, skills in prompts."""
 
     sft: bool
     opd: bool

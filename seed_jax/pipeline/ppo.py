@@ -2,8 +2,9 @@
 
 With ``n`` rows on this host and ``M = ceil_micro(min(rl.mini_batch_size / hosts, n))`` rows per
 mini-batch (a multiple of the micro-batch), the batch is padded with fully masked rows to
-``ceil(n / M) * M`` rows, so every mini-batch has the same static shape, and each epoch walks
-a seeded permutation ``rng([seed, update, epoch])`` of the rows in ``M``-row slices. On several
+``ceil(n / M) * M`` rows, so every mini-batch has the same static shape. Each epoch walks a
+seeded permutation ``rng([seed, update, epoch])`` of the real rows, followed by the padding
+rows, in ``M``-row slices: every mini-batch but the last is full of real rows. On several
 hosts every host pads its rows and lengths to the common maximum first (`multihost`), and
 each contributes its rows to every global mini-batch. The update's metrics pool the steps'
 metrics exactly (`seed_jax.train.update.pool_metrics`).
@@ -27,7 +28,7 @@ def mini_batch_rows(rows: int, mini_batch_size: int, micro_batch_size: int, host
 def ppo_epochs(state, batch: SeedBatch, train_step, *, mini_batch_size: int, micro_batch_size: int,
                epochs: int, seed: int, update: int, mesh, hosts: int = 1):
     """``(state, metrics)`` after ``epochs`` passes over ``batch`` (module docstring)."""
-    n = batch.num_rows
+    n = n_real = batch.num_rows
     if is_multihost():
         Pt = batch.teacher_prompt_len
         n, P, R, Pt_ = common_max(n, batch.prompt_len, batch.response_len, Pt or 0)
@@ -38,7 +39,8 @@ def ppo_epochs(state, batch: SeedBatch, train_step, *, mini_batch_size: int, mic
         batch = batch.grow(batch.prompt_len, batch.teacher_prompt_len, batch.response_len, total)
     steps = []
     for epoch in range(epochs):
-        perm = np.random.default_rng([seed, update, epoch]).permutation(total)
+        perm = np.concatenate([np.random.default_rng([seed, update, epoch]).permutation(n_real),
+                               np.arange(n_real, total)])
         for k in range(total // M):
             mb = batch.take(np.sort(perm[k * M:(k + 1) * M]))
             if not is_multihost() and not mb.response_mask.any():

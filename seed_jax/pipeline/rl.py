@@ -1,4 +1,4 @@
-"""Stage 2 (SEED, method document section "RL"): self-evolving on-policy distillation, one
+"""Stage 2 (SEED, docs/METHOD.md §3): self-evolving on-policy distillation, one
 update at a time.
 
 Per update ``u`` (everything seeded by ``(config.seed, u)``, so a resumed run repeats exactly):
@@ -36,12 +36,13 @@ from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings, 
 from seed_jax.pipeline.skill_bank import SkillBank
 from seed_jax.pipeline.stage1 import rollout_summary
 from seed_jax.pipeline.update_batch import StepGate, build_update_batch
+from seed_jax.rollout.batch import BatchSettings
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
 from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.skills import SkillParse
 from seed_jax.train.checkpoint import Checkpointer
 from seed_jax.train.mesh import batch_divisor
-from seed_jax.train.state import create_sharded_state
+from seed_jax.train.state import at_schedule_pos, create_sharded_state
 from seed_jax.train.step import make_train_step
 
 log = logging.getLogger("seed_jax")
@@ -135,9 +136,12 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     train_tasks = {t["task_id"]: t for t in run.bench.tasks(run.bench.train_split)}
     bank = None
     if run.switches.skill_source == "static" or run.switches.prompt_skills:
-        bank = SkillBank.from_file(run.workdir / "stage1" / "sft.jsonl",
-                                   {k: t.get("task_type", "") for k, t in train_tasks.items()})
+        bank = SkillBank.for_run(run.workdir, run.bench)
     analyzer = rl_analyzer(run.switches.skill_source, c.analysis.analyzer)
+    batch_settings = BatchSettings(
+        max_prompt_tokens=c.rollout.max_prompt_tokens, max_response_tokens=c.rollout.max_response_tokens,
+        max_teacher_prompt_tokens=c.rollout.max_teacher_prompt_tokens, advantage_mode=c.rl.advantage_mode,
+        penalty_mode=c.rl.penalty_mode)
     micro = c.train.micro_batch_size
     if micro % batch_divisor(mesh):
         raise ValueError(f"config.train.micro_batch_size ({micro}) must be a multiple of the data x fsdp mesh "
@@ -176,17 +180,19 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
                 skills = analysis.skills if analysis is not None else {}
             with timer("batch"):
                 ub = build_update_batch(
-                    trajs, skills, encode_prompt=encode, pad_id=tok.pad_token_id or 0, model_cfg=cfg,
-                    train_cfg=tc, old_params=old, ref_params=ref_params,
-                    max_prompt_tokens=c.rollout.max_prompt_tokens, max_response_tokens=c.rollout.max_response_tokens,
-                    advantage_mode=c.rl.advantage_mode, with_teacher=run.switches.skill_source != "none",
-                    audit_gates=c.rl.audit_gates, micro_batch_size=micro)
+                    trajs, skills, batch_settings, encode_prompt=encode, pad_id=tok.pad_token_id or 0,
+                    model_cfg=cfg, train_cfg=tc, old_params=old, ref_params=ref_params,
+                    with_teacher=run.switches.skill_source != "none", audit_gates=c.rl.audit_gates,
+                    micro_batch_size=micro)
             with timer("train"):
+                state = at_schedule_pos(state, u)  # the learning-rate schedule counts updates
                 state, metrics = ppo_epochs(state, ub.batch, train_step, mini_batch_size=c.rl.mini_batch_size,
                                             micro_batch_size=micro, epochs=c.rl.epochs, seed=c.seed, update=u,
                                             mesh=mesh, hosts=jax.process_count())
                 jax.block_until_ready(state.params)
             out = update_metrics(trajs, analysis, metrics, timer)
+            if ub.teacher_cut_share is not None:
+                out["batch/teacher_prompt_cut_share"] = ub.teacher_cut_share
             record = UpdateRecord(u, trajs, skills, analysis.parses if analysis else {}, ub.traj_gates, out,
                                   ub.step_gates)
             for callback in callbacks:
@@ -209,7 +215,8 @@ def update_metrics(trajs, analysis, train_metrics: dict, timer: Timer) -> dict[s
     """One update's row of metrics.jsonl.
 
     ``rollout/*``: `rollout_summary`; ``analysis/parse_rate``: share of parsed skills (when the
-    analyzer wrote any); ``train/*``: the PPO steps' metrics pooled exactly (token means over
+    analyzer wrote any); ``analysis/truncated_share``: share of analyzer prompts x_tau that the
+    budget shortened (when it wrote prompts); ``train/*``: the PPO steps' metrics pooled exactly (token means over
     every trained token; ``optimizer_steps``, ``tokens`` summed); ``time/*``: wall seconds per
     phase; ``perf/rollout_tokens_per_s``: generated response tokens / rollout seconds;
     ``perf/train_tokens_per_s``: trained response tokens (all epochs) / train seconds.
@@ -217,6 +224,8 @@ def update_metrics(trajs, analysis, train_metrics: dict, timer: Timer) -> dict[s
     out = {f"rollout/{k}": v for k, v in rollout_summary(trajs).items()}
     if analysis is not None and analysis.parse_rate is not None:
         out["analysis/parse_rate"] = analysis.parse_rate
+    if analysis is not None and analysis.truncated_share is not None:
+        out["analysis/truncated_share"] = analysis.truncated_share
     out.update({f"train/{METRIC_NAMES.get(k, k)}": v for k, v in train_metrics.items()})
     times = timer.metrics(prefix="time")
     out.update(times)

@@ -16,19 +16,24 @@ from seed_jax.rollout.pool import open_env_pool
 from seed_jax.sampling import SamplingParams
 from seed_jax.train.config import ConfigError, TrainConfig
 
-_DERIVED = frozenset({"total_steps", "remat", "compute_dtype", "param_dtype"})  # set by train_config below
+# set by train_config below (the run's train.warmup_updates gives warmup_steps)
+_DERIVED = frozenset({"warmup_steps", "total_steps", "schedule_unit", "remat", "compute_dtype", "param_dtype"})
 
 
 def train_config(config, **overrides) -> TrainConfig:
     """The RL TrainConfig of a run config: every key of ``config.train`` (see `RUN_TRAIN_FIELDS`)
-    plus the derived fields: ``total_steps`` (the cosine schedule runs over the updates),
-    ``lambda_opd = 0`` for methods without OPD, and remat / dtypes from ``config.model``."""
+    plus the derived fields: the schedule counts RL updates (``schedule_unit = "update"``,
+    ``warmup_steps = train.warmup_updates``, ``total_steps = rl.num_updates``, at least one more
+    than the warm-up), ``lambda_opd = 0`` for methods without OPD, and remat / dtypes from
+    ``config.model``."""
     kw = config.train.to_dict()
+    warmup = kw.pop("warmup_updates", 0)
     unknown = sorted((set(kw) - {f.name for f in dataclasses.fields(TrainConfig)}) | (set(kw) & _DERIVED))
     if unknown:
         raise ConfigError(f"config.train.{unknown[0]}: not a TrainConfig field a run sets "
                           f"(derived: {sorted(_DERIVED)})")
-    kw.update(total_steps=max(config.rl.num_updates, kw["warmup_steps"] + 1), **_model_fields(config))
+    kw.update(schedule_unit="update", warmup_steps=warmup, total_steps=max(config.rl.num_updates, warmup + 1),
+              **_model_fields(config))
     if not switches(config).opd:
         kw["lambda_opd"] = 0.0
     kw.update(overrides)

@@ -8,8 +8,17 @@ Deterministic (file order).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 from seed_jax.skills import parse_skill, read_skill_records
+
+STAGE1_RECORDS = ("stage1", "sft.jsonl")
+
+
+class _Bench(Protocol):
+    train_split: str
+
+    def tasks(self, split: str) -> list[dict]: ...
 
 
 class SkillBank:
@@ -26,6 +35,14 @@ class SkillBank:
                     recs.append({"task_id": r.task_id, "success": r.outcome == "success", "skill": p.skill,
                                  "task_type": (task_types or {}).get(r.task_id, "")})
         return cls(recs)
+
+    @classmethod
+    def for_run(cls, workdir: Path, bench: _Bench) -> SkillBank:
+        """The run's bank: the accepted stage-1 records (``<workdir>/stage1/sft.jsonl``), each with
+        the task type of its training task, so that a task of a type the bank has gets a skill of
+        that type (the same bank for RL, the in-training and the final evaluation)."""
+        types = {str(t["task_id"]): str(t.get("task_type", "")) for t in bench.tasks(bench.train_split)}
+        return cls.from_file(Path(workdir).joinpath(*STAGE1_RECORDS), types)
 
     def lookup(self, task: dict) -> str | None:
         tid = str(task.get("task_id", ""))

@@ -1,4 +1,4 @@
-"""Stage 1 (spec section 2): collect base-policy trajectories, annotate them, SFT the analyzer role."""
+"""Stage 1 (docs/METHOD.md §2): collect base-policy trajectories, annotate them, SFT the analyzer role."""
 
 from __future__ import annotations
 

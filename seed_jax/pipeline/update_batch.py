@@ -25,7 +25,7 @@ import numpy as np
 from seed_jax import losses
 from seed_jax.metrics import GateSummary
 from seed_jax.models.config import ModelConfig
-from seed_jax.rollout.batch import RowInfo, build_batch
+from seed_jax.rollout.batch import BatchSettings, RowInfo, build_batch
 from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.train.batch import SeedBatch
 from seed_jax.train.config import TrainConfig
@@ -50,13 +50,15 @@ class StepGate:
 
 @dataclasses.dataclass(frozen=True)
 class UpdateBatch:
-    """``batch`` (host arrays, one row per step-sample, no padding rows), the rows' origins and
-    the skill audit (empty when no gate was taken)."""
+    """``batch`` (host arrays, one row per step-sample, no padding rows), the rows' origins, the
+    skill audit (empty when no gate was taken) and the share of teacher prompts of rows with a
+    skill that their cap shortened (None without such rows)."""
 
     batch: SeedBatch
     rows: list[RowInfo]
     step_gates: list[StepGate]
     traj_gates: dict[str, GateSummary]
+    teacher_cut_share: float | None = None
 
 
 @jax.jit
@@ -94,6 +96,7 @@ def gate_audit(rows: Sequence[RowInfo], old_logp, teacher_logp, response_mask,
 def build_update_batch(
     trajectories: Sequence[Trajectory],
     skills: dict[str, str | None],
+    settings: BatchSettings,
     *,
     encode_prompt: Callable[[str], list[int]],
     pad_id: int,
@@ -101,9 +104,6 @@ def build_update_batch(
     train_cfg: TrainConfig,
     old_params,
     ref_params,
-    max_prompt_tokens: int,
-    max_response_tokens: int,
-    advantage_mode: str,
     with_teacher: bool,
     audit_gates: bool,
     micro_batch_size: int,
@@ -111,8 +111,7 @@ def build_update_batch(
     """The update's `UpdateBatch` (module docstring). ``with_teacher``: build the teacher twins
     (a method with skills); the step gets ``teacher_ids`` only when it runs a teacher pass."""
     tc = train_cfg
-    samples = build_batch(trajectories, skills, encode_prompt, pad_id=pad_id, max_prompt_tokens=max_prompt_tokens,
-                          max_response_tokens=max_response_tokens, advantage_mode=advantage_mode,
+    samples = build_batch(trajectories, skills, encode_prompt, settings, pad_id=pad_id,
                           with_teacher=with_teacher or tc.use_teacher)
     P, Pt, R = samples.prompt_len, samples.teacher_prompt_len, samples.response_len
 
@@ -122,8 +121,8 @@ def build_update_batch(
     old = logprobs(old_params, samples.student_ids, samples.student_mask, P)
     ref = logprobs(ref_params, samples.student_ids, samples.student_mask, P) if tc.c_kl > 0 else None
     teacher = None
-    has_skill = bool(samples.has_skill.any())
-    if samples.teacher_ids is not None and has_skill and (audit_gates or tc.teacher_from_old):
+    n_skill = int(samples.has_skill.sum())
+    if samples.teacher_ids is not None and n_skill and (audit_gates or tc.teacher_from_old):
         teacher = logprobs(old_params, samples.teacher_ids, samples.teacher_mask, Pt)
     steps, traj_gates = ([], {}) if teacher is None else gate_audit(samples.rows, old, teacher,
                                                                     samples.response_mask, tc.beta_opd)
@@ -131,4 +130,5 @@ def build_update_batch(
         teacher = old  # no skill in this update: OPD is masked out on every row
     batch = samples.to_seed_batch(old, ref, teacher if tc.use_teacher and tc.teacher_from_old else None,
                                   with_teacher_ids=tc.use_teacher and not tc.teacher_from_old)
-    return UpdateBatch(batch, samples.rows, steps, traj_gates)
+    return UpdateBatch(batch, samples.rows, steps, traj_gates,
+                       samples.teacher_cut / n_skill if n_skill and samples.teacher_ids is not None else None)

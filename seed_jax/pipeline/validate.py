@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from seed_jax.losses import ADVANTAGE_ESTIMATORS
+from seed_jax.losses import ADVANTAGE_ESTIMATORS, PENALTY_MODES
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.runtime import train_config
 
@@ -34,7 +34,8 @@ def validate(config) -> None:
     for key in positive:
         if _get(config, key) < 1:
             bad(key, "must be >= 1")
-    for key in ("rl.num_updates", "stage1.sft_epochs", "eval.num_tasks", "rl.eval_every", "env.num_workers"):
+    for key in ("rl.num_updates", "stage1.sft_epochs", "eval.num_tasks", "rl.eval_every", "env.num_workers",
+                "train.warmup_updates"):
         if _get(config, key) < 0:
             bad(key, "must be >= 0")
     for key in ("rollout.temperature", "stage1.temperature", "eval.temperature"):
@@ -54,6 +55,11 @@ def validate(config) -> None:
         bad("rl.mini_batch_size", f"must be a multiple of train.micro_batch_size ({config.train.micro_batch_size})")
     if config.rl.advantage_mode not in ADVANTAGE_ESTIMATORS:
         bad("rl.advantage_mode", f"must be one of {sorted(ADVANTAGE_ESTIMATORS)}")
+    if config.rl.penalty_mode not in PENALTY_MODES:
+        bad("rl.penalty_mode", f"must be one of {PENALTY_MODES}")
+    if config.rollout.max_teacher_prompt_tokens < config.rollout.max_prompt_tokens:
+        bad("rollout.max_teacher_prompt_tokens",
+            f"must be >= rollout.max_prompt_tokens ({config.rollout.max_prompt_tokens}): H(h, s) holds h and the skill")
     if config.stage1.analyzer not in ("self", "openai", "scripted", "heuristic"):
         bad("stage1.analyzer", "must be self | openai | scripted | heuristic")
     if config.analysis.analyzer not in ("self", "heuristic"):

@@ -20,6 +20,7 @@ import numpy as np
 from seed_jax.buckets import BUCKETS, round_up
 from seed_jax.losses import step_advantages
 from seed_jax.rollout.trajectory import Trajectory
+from seed_jax.skills import find_task_line
 from seed_jax.skills import insert_skill as default_insert_skill
 from seed_jax.train.batch import RowLayout, SeedBatch, pack_rows
 
@@ -31,6 +32,57 @@ class RowInfo:
     traj_id: str
     step_index: int
     has_skill: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSettings:
+    """How step-samples are cut and scored (the run config's ``rollout`` / ``rl`` keys).
+
+    ``max_prompt_tokens``: cap of the ordinary prompt ``h_t`` (left cut, as in the rollout);
+    ``max_teacher_prompt_tokens``: cap of the teacher prompt ``H(h_t, s)`` (`teacher_prompt`:
+    never cuts the skill block); ``max_response_tokens``: right cut of the response;
+    ``advantage_mode`` / ``penalty_mode``: `seed_jax.losses.step_advantages`.
+    """
+
+    max_prompt_tokens: int
+    max_response_tokens: int
+    max_teacher_prompt_tokens: int | None = None  # None: max_prompt_tokens
+    advantage_mode: str = "mean_std"
+    penalty_mode: str = "after_norm"
+
+    @property
+    def teacher_cap(self) -> int:
+        return self.max_teacher_prompt_tokens or self.max_prompt_tokens
+
+
+def teacher_prompt(prompt_text: str, skill: str, encode_prompt: Callable[[str], list[int]], cap: int,
+                   insert_skill: Callable[[str, str], str] = default_insert_skill) -> tuple[list[int], bool]:
+    """``(ids, cut)``: ``encode_prompt(H(h, s))`` within ``cap`` tokens, the skill block kept whole.
+
+    Over the cap, the fewest lines of ``h`` right after the task line (the oldest history) are
+    dropped before H inserts the skill so that the prompt fits, keeping the final line (the
+    instruction); if even that is too long, the ids are cut from the left (the chat header first).
+    ``cut``: the prompt was shortened.
+    """
+    ids = encode_prompt(insert_skill(prompt_text, skill))
+    if len(ids) <= cap:
+        return ids, False
+    lines = prompt_text.split("\n")
+    start = (find_task_line(lines) or 0) + 1  # the first line that may go
+    last = len(lines) - 1  # the final line (the instruction) stays
+
+    def encoded(k: int) -> list[int]:  # H of h without the k lines after the task line
+        return encode_prompt(insert_skill("\n".join(lines[:start] + lines[start + k:]), skill))
+
+    lo, hi = 0, max(last - start, 0)  # fewest lines to drop: binary search (length falls with k)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(encoded(mid)) <= cap:
+            hi = mid
+        else:
+            lo = mid + 1
+    ids = encoded(lo)
+    return ids[-cap:], True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +100,7 @@ class StepSamples(RowLayout):
     rows: list[RowInfo]
     teacher_ids: np.ndarray | None = None
     teacher_mask: np.ndarray | None = None
+    teacher_cut: int = 0  # teacher prompts (of rows with a skill) that had to be shortened
 
     def to_seed_batch(self, old_logp: np.ndarray, ref_logp: np.ndarray | None = None,
                       teacher_logp: np.ndarray | None = None, with_teacher_ids: bool = True) -> SeedBatch:
@@ -67,11 +120,9 @@ def build_batch(
     trajectories: Sequence[Trajectory],
     skills: Mapping[str, str | None],
     encode_prompt: Callable[[str], list[int]],
+    settings: BatchSettings,
     *,
     pad_id: int,
-    max_prompt_tokens: int,
-    max_response_tokens: int,
-    advantage_mode: str = "mean_std",
     with_teacher: bool = True,
     buckets: Sequence[int] = BUCKETS,
     insert_skill: Callable[[str, str], str] = default_insert_skill,
@@ -80,11 +131,11 @@ def build_batch(
 
     ``skills[traj_id]`` is the parsed hindsight skill or None (no OPD signal: has_skill 0).
     ``encode_prompt(user_text)`` chat-templates and tokenizes a user message exactly as the
-    rollout did for ``h_t``; teacher prompts are ``encode_prompt(insert_skill(prompt_text, s))``.
-    Prompts longer than ``max_prompt_tokens`` are truncated from the left, responses longer
-    than ``max_response_tokens`` from the right (both branches identically).
-    Advantages: `seed_jax.losses.step_advantages` over the kept trajectories, broadcast to
-    every response token of the step.
+    rollout did for ``h_t``; teacher prompts are `teacher_prompt` of ``insert_skill(prompt_text,
+    s)`` at ``settings.teacher_cap``. Ordinary prompts longer than ``settings.max_prompt_tokens``
+    are cut from the left, responses longer than ``settings.max_response_tokens`` from the right
+    (both branches identically). Advantages: `seed_jax.losses.step_advantages` over the kept
+    trajectories, broadcast to every response token of the step.
     """
     kept = [t for t in trajectories if not t.env_error and t.steps]
     if not kept:
@@ -93,18 +144,23 @@ def build_batch(
     step_traj = [j for j, t in enumerate(kept) for _ in t.steps]
     penalties = [s.penalty for t in kept for s in t.steps]
     adv = step_advantages([t.episode_reward for t in kept], [group_of[t.group_id] for t in kept], step_traj,
-                          penalties, mode=advantage_mode)
+                          penalties, mode=settings.advantage_mode, penalty_mode=settings.penalty_mode)
 
     student, teacher, responses, rows = [], [], [], []
+    teacher_cut = 0
     for t in kept:
         skill = skills.get(t.traj_id)
         for k, s in enumerate(t.steps):
-            p = list(s.prompt_ids)[-max_prompt_tokens:]
+            p = list(s.prompt_ids)[-settings.max_prompt_tokens:]
             student.append(p)
-            responses.append(list(s.response_ids)[:max_response_tokens])
+            responses.append(list(s.response_ids)[:settings.max_response_tokens])
             if with_teacher:
-                # no skill: the twin is the ordinary prompt (masked out of OPD anyway)
-                teacher.append(encode_prompt(insert_skill(s.prompt_text, skill))[-max_prompt_tokens:] if skill else p)
+                if skill:
+                    ids, cut = teacher_prompt(s.prompt_text, skill, encode_prompt, settings.teacher_cap, insert_skill)
+                    teacher.append(ids)
+                    teacher_cut += cut
+                else:
+                    teacher.append(p)  # no skill: the twin is the ordinary prompt (masked out of OPD anyway)
             rows.append(RowInfo(t.traj_id, k, bool(skill)))
     P = round_up(max(map(len, student)), buckets)
     R = round_up(max(max(map(len, responses)), 1), buckets)
@@ -115,4 +171,4 @@ def build_batch(
     return StepSamples(student_ids=ids, student_mask=mask, response_mask=rmask,
                        advantages=(np.asarray(adv, np.float32)[:, None] * rmask).astype(np.float32),
                        has_skill=np.asarray([float(r.has_skill) for r in rows], np.float32), rows=rows,
-                       teacher_ids=t_ids, teacher_mask=t_mask)
+                       teacher_ids=t_ids, teacher_mask=t_mask, teacher_cut=teacher_cut)

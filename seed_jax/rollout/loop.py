@@ -7,7 +7,7 @@ steps the environments in one batched backend call, and records a `StepSample`. 
 on ``done``, on an env error, or after ``max_steps`` turns.
 
 Rewards: environments return the step reward *including* the invalid-action penalty; the
-record keeps them apart (``reward`` = env reward + penalty, ``penalty`` = the spec's penalty
+record keeps them apart (``reward`` = env reward + penalty, ``penalty`` = the penalty of docs/METHOD.md §5
 when the response was invalid).
 """
 

@@ -1,12 +1,12 @@
 """Trajectory records written by the rollout loop (plain data, JSON round-trip, no JAX).
 
-One `StepSample` per environment step is one training sample of spec section 3.3: the
+One `StepSample` per environment step is one training sample of docs/METHOD.md §3.2: the
 ordinary templated prompt `h_t` (token ids), the sampled response `a_t` (token ids and their
 sampling log-probs `l_old`), plus what the analyzer and the teacher twin need: the prompt's
 user-message text before chat templating (H(h, s) is applied to it), the raw observation the
 environment showed at this step, validity, reward and penalty.
 
-Reward bookkeeping (spec section 3.6):
+Reward bookkeeping (docs/METHOD.md §3.3):
 
 - ``StepSample.reward``  the environment's reward for this step *without* the invalid-action
   penalty (for the paper's environments: 0 except at the winning step, 10 x won / EM 0-1);

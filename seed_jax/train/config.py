@@ -1,6 +1,6 @@
 """`TrainConfig`: the static hyper-parameters of one SEED / GRPO / SFT update.
 
-Defaults follow the paper recipe (spec section 6): AdamW lr 1e-6, weight decay 0.01,
+Defaults follow the paper recipe (docs/METHOD.md §6): AdamW lr 1e-6, weight decay 0.01,
 grad-norm clip 1.0, constant schedule, KL coef 0.01 with the k3 ("low_var_kl") estimator,
 entropy coef 0.001, lambda_opd 0.01, beta_opd 5, PPO clip 0.2 both sides, dual clip 3.0.
 
@@ -21,6 +21,7 @@ from seed_jax.losses import KL_ESTIMATORS
 from seed_jax.models.config import ModelConfig, resolve_dtype
 
 SCHEDULES = ("constant", "warmup_constant", "cosine")
+SCHEDULE_UNITS = ("step", "update")
 
 
 class ConfigError(ValueError):
@@ -38,7 +39,9 @@ class TrainConfig:
     (precomputed with theta_old, the authors' code path) instead of a teacher pass on the
     current parameters. ``remat`` / ``compute_dtype`` / ``param_dtype`` override the model
     config (`apply_to`). ``logits_chunk``: response positions per LM-head chunk (None = auto).
-    ``total_steps`` is the length of the cosine schedule.
+    ``warmup_steps`` and ``total_steps`` (the length of the cosine schedule) count schedule
+    positions in ``schedule_unit``: optimizer steps (``"step"``) or RL updates (``"update"``,
+    see `seed_jax.train.state`).
     """
 
     lr: float = 1e-6
@@ -47,6 +50,7 @@ class TrainConfig:
     warmup_steps: int = 0
     schedule: str = "constant"
     total_steps: int | None = None
+    schedule_unit: str = "step"
     min_lr_ratio: float = 0.0
     adam_b1: float = 0.9
     adam_b2: float = 0.999
@@ -80,6 +84,8 @@ class TrainConfig:
             bad("warmup_steps", "must be >= 0")
         if self.schedule not in SCHEDULES:
             bad("schedule", f"must be one of {SCHEDULES}")
+        if self.schedule_unit not in SCHEDULE_UNITS:
+            bad("schedule_unit", f"must be one of {SCHEDULE_UNITS}")
         if self.schedule == "cosine":
             if self.total_steps is None or self.total_steps <= self.warmup_steps:
                 bad("total_steps", "the cosine schedule needs total_steps > warmup_steps")
@@ -137,12 +143,14 @@ class TrainConfig:
         return batch_size // mb
 
 
-RUN_TRAIN_FIELDS = ("lr", "weight_decay", "grad_clip", "warmup_steps", "schedule", "c_ent", "c_kl", "kl_kind",
+RUN_TRAIN_FIELDS = ("lr", "weight_decay", "grad_clip", "schedule", "c_ent", "c_kl", "kl_kind",
                     "lambda_opd", "beta_opd", "clip_low", "clip_high", "dual_clip", "micro_batch_size",
                     "teacher_from_old")
 """The TrainConfig fields a run config exposes as ``config.train.<field>``.
 
-The others are derived by the pipeline (``total_steps`` from the number of updates; ``remat``,
+The others are derived by the pipeline (the RL schedule counts updates: ``schedule_unit =
+"update"``, ``warmup_steps`` from the run's ``train.warmup_updates``, ``total_steps`` from the
+number of updates; ``remat``,
 ``compute_dtype``, ``param_dtype`` from ``config.model``) or left at their defaults (Adam
 moments, ``min_lr_ratio``, ``logits_chunk``), which a config may still set.
 """

@@ -1,6 +1,6 @@
 """`TrainState` (one pytree: params, optimizer state, counters, RNG) and the optimizer.
 
-Optimizer (spec section 6): ``clip_by_global_norm(grad_clip)`` then AdamW with decoupled weight
+Optimizer (docs/METHOD.md §3.9): ``clip_by_global_norm(grad_clip)`` then AdamW with decoupled weight
 decay (optax's ``adamw``: ``p <- p - lr * (adam_update + wd * p)``, as torch.optim.AdamW),
 applied to every parameter (as the authors' verl/FSDP setup does), under a schedule:
 
@@ -9,7 +9,11 @@ applied to every parameter (as the authors' verl/FSDP setup does), under a sched
     cosine:           linear warm-up to lr over warmup_steps, then cosine decay to
                       lr * min_lr_ratio at total_steps
 
-``t`` counts *applied* updates (skipped non-finite steps do not advance it).
+``t = TrainState.schedule_pos``, the schedule's position, in the unit of
+``TrainConfig.schedule_unit``: ``"step"`` — applied optimizer steps (the step advances it; a
+skipped non-finite step does not); ``"update"`` — RL updates (the step leaves it alone and the
+RL stage sets it to the update's index with `at_schedule_pos`, so warm-up and decay follow
+updates whatever the number of mini-batches an update holds).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ class TrainState:
     ``step``: number of train-step calls (skipped ones included); ``data_pos``: rows of
     training data consumed (incremented by the batch size in each step); ``rng``: a raw
     ``uint32[2]`` PRNG key for host-side use (the step itself is deterministic);
-    ``skipped``: number of steps skipped by the non-finite guard.
+    ``skipped``: number of steps skipped by the non-finite guard; ``schedule_pos``: the
+    learning-rate schedule's position ``t`` (module docstring).
     """
 
     params: Any
@@ -43,6 +48,7 @@ class TrainState:
     data_pos: jax.Array
     skipped: jax.Array
     rng: jax.Array
+    schedule_pos: jax.Array
 
 
 def make_schedule(cfg: TrainConfig) -> optax.Schedule:
@@ -59,23 +65,23 @@ def make_schedule(cfg: TrainConfig) -> optax.Schedule:
 
 
 def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
-    """Global-norm clipping + AdamW + schedule, from a TrainConfig."""
+    """Global-norm clipping + AdamW without its learning rate: ``u = adam(g) + wd * p``.
+
+    The step applies ``p <- p - lr_t * u`` with ``lr_t = make_schedule(cfg)(schedule_pos)``
+    (`seed_jax.train.update.apply_update`), which is optax's ``adamw`` with the schedule read
+    from the train state instead of the optimizer's own step count.
+    """
     parts = []
     if cfg.grad_clip is not None:
         parts.append(optax.clip_by_global_norm(cfg.grad_clip))
-    parts.append(optax.adamw(make_schedule(cfg), b1=cfg.adam_b1, b2=cfg.adam_b2,
-                             eps=cfg.adam_eps, weight_decay=cfg.weight_decay))
+    parts += [optax.scale_by_adam(b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps),
+              optax.add_decayed_weights(cfg.weight_decay)]
     return optax.chain(*parts)
 
 
-def applied_updates(opt_state) -> jax.Array:
-    """The optimizer's count of applied updates (the schedule's ``t``)."""
-    counts = [s.count for s in jax.tree_util.tree_leaves(
-        opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState))
-        if isinstance(s, optax.ScaleByScheduleState)]
-    if not counts:
-        raise ValueError("optimizer state has no schedule count (not built by make_optimizer?)")
-    return counts[0]
+def at_schedule_pos(state: TrainState, pos: int) -> TrainState:
+    """``state`` with the schedule at position ``pos`` (kept on its devices and sharding)."""
+    return state.replace(schedule_pos=jax.device_put(jnp.asarray(pos, jnp.int32), state.schedule_pos.sharding))
 
 
 def init_train_state(params, train_cfg: TrainConfig, rng: jax.Array | int = 0) -> TrainState:
@@ -94,6 +100,7 @@ def init_train_state(params, train_cfg: TrainConfig, rng: jax.Array | int = 0) -
         data_pos=jnp.zeros((), jnp.int32),
         skipped=jnp.zeros((), jnp.int32),
         rng=jnp.asarray(rng, jnp.uint32),
+        schedule_pos=jnp.zeros((), jnp.int32),
     )
 
 

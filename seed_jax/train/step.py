@@ -3,7 +3,7 @@
 For a batch of step-samples (layout in `seed_jax.train.logprobs`), with ``l`` the student
 log-probs of the response tokens under the ordinary prompt (current params, with gradient),
 ``t`` the teacher log-probs of the same tokens under the skill-augmented prompt, ``m`` the
-response mask and ``N = sum(m)`` over the WHOLE batch (spec section 3)::
+response mask and ``N = sum(m)`` over the WHOLE batch (docs/METHOD.md §3.8)::
 
     L = L_pg - c_ent * H + c_kl * KL + lambda_opd * L_opd
     L_pg  = sum(m * ppo_dual_clip(l, old_logp, A)) / N        (losses.grpo_policy_loss)

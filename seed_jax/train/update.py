@@ -27,7 +27,6 @@ from seed_jax.train.mesh import batch_divisor, batch_sharding, replicated
 from seed_jax.train.state import (
     TrainState,
     abstract_train_state,
-    applied_updates,
     make_optimizer,
     make_schedule,
     state_shardings,
@@ -39,18 +38,20 @@ def apply_update(state: TrainState, grads, loss, train_cfg: TrainConfig, rows: i
     optimizer = make_optimizer(train_cfg)
     gnorm = optax.tree.norm(grads)
     ok = jnp.isfinite(loss) & jnp.isfinite(gnorm)
+    lr = jnp.asarray(make_schedule(train_cfg)(state.schedule_pos), jnp.float32)
     updates, new_opt = optimizer.update(grads, state.opt_state, state.params)
-    new_params = optax.apply_updates(state.params, updates)
+    new_params = optax.apply_updates(state.params, jax.tree_util.tree_map(lambda u: -lr * u, updates))
     keep = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
         lambda a, b: jnp.where(ok, a, b), new, old)
-    lr = make_schedule(train_cfg)(applied_updates(state.opt_state))
     skipped = 1 - ok.astype(jnp.int32)
+    advance = ok.astype(jnp.int32) if train_cfg.schedule_unit == "step" else 0
     new_state = state.replace(
         params=keep(new_params, state.params),
         opt_state=keep(new_opt, state.opt_state),
         step=state.step + 1,
         data_pos=state.data_pos + rows,
         skipped=state.skipped + skipped,
+        schedule_pos=state.schedule_pos + advance,
     )
     metrics = {"grad_norm": gnorm, "lr": jnp.asarray(lr, jnp.float32),
                "skipped": skipped.astype(jnp.float32)}
