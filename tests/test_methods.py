@@ -1,4 +1,4 @@
-"""Every method switch (spec section 7) on the tiny presets: what makes each method that method.
+"""Every method switch (docs/METHOD.md §7) on the tiny presets: what makes each method that method.
 
 One small run per method, shared by the tests below (module-scoped), checks
 
@@ -11,8 +11,8 @@ One small run per method, shared by the tests below (module-scoped), checks
   evaluation transcripts;
 - whether training happened at all (RL updates, ``rl/final_model``).
 
-The expectations (`EXPECT`) are written out here from the spec's list of baselines, not read
-from `seed_jax.pipeline.methods`.
+The expectations (`EXPECT`) are written out here from the paper's list of baselines and
+ablations, not read from `seed_jax.pipeline.methods`.
 
 Runs. The search methods run ``configs/search.py:tiny`` with one change: the policy is a
 *grammar model* (`grammar_model`), a 2-layer decoder whose blocks add nothing to the residual
@@ -27,13 +27,12 @@ bank it collects has no successful skill and a lookup outside the collected task
 none; the written bank makes "the skill of the same task type" a checkable statement. The
 ``seed_static`` bank (search, no task types) holds one skill per training task.
 
-`test_self_analyzer_in_rl` runs the policy as its own analyzer inside RL (item of the issue
-"the policy as analyzer"), with a grammar model whose greedy answer is a known JSON skill.
+`test_self_analyzer_in_rl` runs the policy as its own analyzer inside RL (docs/METHOD.md §3.1),
+with a grammar model whose greedy answer is a known JSON skill.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import importlib
 import json
@@ -66,7 +65,7 @@ STAGES = ("collect", "annotate", "sft", "rl", "eval")
 
 @dataclasses.dataclass(frozen=True)
 class Expect:
-    """What a method is (spec section 7): ``stage1``: stage-1 data is collected and annotated;
+    """What a method is (docs/METHOD.md §7): ``stage1``: stage-1 data is collected and annotated;
     ``sft``: stage-1 SFT runs and RL starts from it; ``opd``: the OPD term is on (lambda_opd =
     0.01, a teacher pass in the step); ``opd_skills``: where the OPD skill of a trajectory comes
     from (``own``: the analysis of that trajectory, ``bank``: the stage-1 bank entry of its task,
@@ -92,7 +91,7 @@ EXPECT = {
     "seed_shuffled": Expect(stage1=True, sft=True, opd=True, opd_skills="other", prompt_skills=False, trains=True),
 }
 ALFWORLD_METHODS = ("skill_prompt", "skill_grpo")
-LAMBDA_OPD = 0.01  # spec section 6
+LAMBDA_OPD = 0.01  # the paper recipe (docs/METHOD.md §6)
 
 
 def test_every_method_has_an_expectation():
@@ -288,7 +287,7 @@ def _run(method, workdir, answering_dir, alfworld_stage1) -> MethodRun:
     if method == "seed_static":
         run_pipeline(_config("search", method, **keys), workdir, stages="collect,annotate")
         bench = make_benchmark(config.env)
-        bank = {t["task_id"]: f"Static skill number {i}: search once, then answer." 
+        bank = {t["task_id"]: f"Static skill number {i}: search once, then answer."
                 for i, t in enumerate(bench.tasks(bench.train_split))}
         _write_bank(workdir / "stage1" / "sft.jsonl", list(bank.items()))
     out = run_pipeline(config, workdir, stages="collect,annotate,sft,rl,eval", rl_callbacks=[records.append])
