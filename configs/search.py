@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from configs.base import base_config, with_preset
+from envs.search import SEARCH_R1_EVAL_SPLITS
 
 
 def get_config(preset: str = "local"):
@@ -12,6 +13,8 @@ def get_config(preset: str = "local"):
     c.env.corpus = ""  # jsonl corpus for bm25; '' = vendored HotpotQA + wiki sample
     c.env.retriever_url = ""  # e.g. http://127.0.0.1:8000/retrieve
     c.env.datasets = {}  # split name -> data file (Search-R1 parquet, HotpotQA json, jsonl)
+    c.env.data_dir = ""  # Search-R1's layout: <data_dir>/nq_hotpotqa_train/train.parquet, <data_dir>/nq/test.parquet ...
+    c.env.vendored_data = True  # train / hotpotqa use the vendored 80/20 HotpotQA sample when no file is set
     c.env.eval_splits = ("hotpotqa",)
     c.env.default_eval_size = 20
     c.rollout.max_steps = 4
@@ -22,7 +25,10 @@ def get_config(preset: str = "local"):
     return with_preset(
         c, preset,
         local=dict(stage1_tasks=8, max_steps=3, prompt_tokens=512, analysis_prompt_tokens=768, eval_tasks=8),
+        # the paper trains on Search-R1's NQ + HotpotQA data and evaluates on seven QA test sets:
+        # their files are required (env.data_dir), never the vendored sample
         paper={"env.retriever": "http", "env.retriever_url": "http://127.0.0.1:8000/retrieve",
+               "env.vendored_data": False, "env.eval_splits": SEARCH_R1_EVAL_SPLITS,
                "stage1.num_tasks": 180, "rl.tasks_per_update": 128, "rl.mini_batch_size": 512,
                "train.schedule": "warmup_constant", "train.warmup_updates": 15},  # warm-up: 10% of 150 updates
         tiny={"rollout.max_steps": 2})

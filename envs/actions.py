@@ -8,6 +8,13 @@ anywhere (thinking included, as in the authors' projection functions: the penalt
 language switching). Text inside ``<think>...</think>`` is ignored when looking for action
 blocks, so a model that mentions ``<action>`` while thinking is not penalised for it.
 
+Thinking (`think_spans`), scanning left to right: from a ``<think>`` to the end of the first
+``</think>`` after it; a ``<think>`` that is never closed makes the rest of the response
+thinking (the model had not finished thinking, so nothing after it is an action). The
+sampler's stop strings follow the same rule (`find_stop`): a ``</action>`` written while
+thinking does not end the response, so the response the sampler returns holds the action the
+parser reads.
+
 Classification, first rule that applies (tags are case-sensitive; an *opening* is any
 ``<kind>`` outside think, closed or not):
 
@@ -34,7 +41,7 @@ _CJK = re.compile(
     "\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\ufe30-\ufe4f"
     "\uff00-\uffef\U0001aff0-\U0001b16f\U00020000-\U0003ffff]"
 )
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+THINK_TAGS = ("<think>", "</think>")  # opening and closing tag of the thinking text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +59,49 @@ def contains_cjk(text: str) -> bool:
     return _CJK.search(text) is not None
 
 
+def think_spans(text: str, tags: tuple[str, str] = THINK_TAGS) -> list[tuple[int, int]]:
+    """The thinking parts of `text` as ``[start, end)`` offsets, left to right: each runs from an
+    opening tag to the end of the first closing tag after it, or to the end of the text when no
+    closing tag follows."""
+    open_tag, close_tag = tags
+    if not open_tag or not close_tag:
+        raise ValueError(f"think tags must be non-empty, got {tags!r}")
+    spans, i = [], 0
+    while (start := text.find(open_tag, i)) >= 0:
+        close = text.find(close_tag, start + len(open_tag))
+        i = len(text) if close < 0 else close + len(close_tag)
+        spans.append((start, i))
+    return spans
+
+
+def outside_think(text: str, tags: tuple[str, str] = THINK_TAGS) -> str:
+    """`text` with each thinking span (`think_spans`) replaced by one space: the text in which
+    action tags count."""
+    out, i = [], 0
+    for start, end in think_spans(text, tags):
+        out += [text[i:start], " "]
+        i = end
+    out.append(text[i:])
+    return "".join(out)
+
+
+def find_stop(text: str, stop_strings, tags: tuple[str, str] | None = THINK_TAGS) -> int | None:
+    """End offset of the first stop string in `text` that starts outside thinking: the length
+    of the shortest prefix of `text` that holds one; None when there is none. ``tags=None``
+    counts stop strings anywhere. Empty stop strings are ignored."""
+    spans = think_spans(text, tags) if tags is not None else []
+    best = None
+    for stop in stop_strings:
+        if not stop:
+            continue
+        i = text.find(stop)
+        while i >= 0 and any(a <= i < b for a, b in spans):
+            i = text.find(stop, i + 1)
+        if i >= 0 and (best is None or i + len(stop) < best):
+            best = i + len(stop)
+    return best
+
+
 def parse_action(response: str, kinds: tuple[str, ...], lowercase: bool = False) -> ParsedAction:
     """Extract the single action block of one of `kinds` from `response`.
 
@@ -61,7 +111,7 @@ def parse_action(response: str, kinds: tuple[str, ...], lowercase: bool = False)
     """
     if not isinstance(response, str):
         return ParsedAction("", "", False, "missing")
-    body = _THINK.sub(" ", response)
+    body = outside_think(response)
     opened = {kind: body.count(f"<{kind}>") for kind in kinds}
     if sum(1 for n in opened.values() if n) > 1:
         return ParsedAction("", "", False, "mixed")

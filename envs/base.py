@@ -7,12 +7,29 @@ An environment is a small stateful object:
 
 `response_text` is the raw model response. The environment projects it to an action with
 `envs.actions.parse_action`, applies the invalid-action penalty of docs/METHOD.md §5 when the
-response is invalid (the game then sees a no-op), and reports at least these `info` keys:
+response is invalid (the game then sees a no-op), and reports in `info`, after ``reset`` and
+after every ``step``, every key of `INFO_KEYS`:
 
-- ``valid`` (bool): whether the response held exactly one well-formed action block;
-- ``won`` (bool): whether the episode is solved;
+- ``valid`` (bool): the response was a valid action (always True at reset);
+- ``won`` (bool): the episode is solved;
 - ``raw_observation`` (str): the environment's own observation text, as given to the analyzer;
-- environment-specific facts (``admissible_commands``, ``task_type``, ``retrieved``, ``score``...).
+- ``action_text`` (str): the action the response carried, as the environment applied it (its
+  own normalisation: lower-cased command, ``search[query]`` ...); '' when the response was
+  invalid and at reset. The rollout loop records it as `StepSample.action`;
+- ``reason`` (str): why the response was invalid ('' when valid and at reset);
+- ``task_id`` (str): the id of the episode's task;
+- ``step`` (int): steps taken in the episode (0 at reset);
+
+and, where the environment has them, the keys of `OPTIONAL_INFO_KEYS`:
+
+- ``task_type`` (str): the task's type (ALFWorld, household); evaluation and the skill bank
+  group by it;
+- ``score`` (float): the task score in [0, 1] of the last step (WebShop); evaluation averages it;
+- ``data_source`` (str): the dataset a question comes from (search, household).
+
+Further keys are environment-specific facts (``admissible_commands``, ``retrieved``...).
+`missing_info_keys` says which keys an info lacks; ``tests/test_env_contract.py`` holds every
+environment to the contract.
 
 Each environment also builds its own agent prompt text (`build_prompt`) from the task, the
 history window and the current observation; the prompt contains one line that states the
@@ -27,6 +44,17 @@ import dataclasses
 from typing import Any
 
 WIN_REWARD = 10.0  # reward of the winning step in the 10 x won environments
+
+# the info keys of every reset and step (see the module docstring)
+INFO_KEYS = ("valid", "won", "raw_observation", "action_text", "reason", "task_id", "step")
+# the info keys an environment carries where it has the fact (see the module docstring)
+OPTIONAL_INFO_KEYS = ("task_type", "score", "data_source")
+
+
+def missing_info_keys(info: dict, optional: tuple[str, ...] = ()) -> list[str]:
+    """The keys of `INFO_KEYS`, then of `optional` (the optional keys the environment has),
+    that `info` lacks."""
+    return [k for k in (*INFO_KEYS, *optional) if k not in info]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

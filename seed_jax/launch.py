@@ -1,8 +1,26 @@
-"""Entry point: ``python -m seed_jax.launch --config=configs/search.py[:preset] [--workdir=DIR] [--stages=...]``.
+"""Run SEED end to end: ``python -m seed_jax.launch --config=configs/<env>.py[:preset] [flags]``.
 
-Runs stage-1 collection, annotation and SFT, then SEED RL, then evaluation (docs/METHOD.md
-§2, §3, §6, §7). Overrides: ``--config.rl.num_updates=10``. Re-running with the same workdir
-resumes: finished stages are skipped and RL continues from its last checkpoint.
+Stages, in order (``--stages`` picks a subset): collect (base-policy rollouts), annotate (skills),
+sft (the policy learns to write skills), rl (SEED RL), eval (held-out splits); docs/METHOD.md
+§2, §3, §6, §7 say what each computes.
+
+Configs (``--config=``): configs/search.py, configs/alfworld.py, configs/webshop.py; every key,
+its default and meaning is in configs/base.py and the env's file. Presets (``:preset``):
+  local   (default) the embedded SmolLM2-135M on a CPU, no network: the method end to end, small
+  paper   the paper's recipe (docs/METHOD.md §6); needs --config.model.path=<HF model dir>
+          and, for search, a retriever (python -m envs.search.server)
+  tiny    a tiny random model: the whole pipeline in about a minute (tests, smoke runs)
+Methods (``--config.method=``): {methods}; docs/METHOD.md §7 and seed_jax/pipeline/methods.py
+say what each switches.
+
+Overrides: ``--config.rl.num_updates=10 --config.train.lr=1e-5``. The default run directory is
+``runs/<env>-<preset>-<method>``, plus a short hash of the overrides that change results.
+Relaunching on a run directory resumes it: finished stages are skipped, RL continues from its
+last checkpoint, and a raised ``rl.num_updates`` continues RL (and redoes eval). A config that
+differs from the directory's config.json in keys that change results is refused (exit 2),
+naming them: use a new ``--workdir`` or ``--force``. ``--dry_run`` prints the resolved config and
+what would run. Config and input errors exit 2 with one line.
+
 On several hosts (``JAX_COORDINATOR_ADDRESS`` etc. set, or a TPU pod) JAX's distributed runtime
 is initialised first; each host runs its own environments for its share of the tasks and one
 global mesh serves the train step.
@@ -10,64 +28,113 @@ global mesh serves the train step.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import re
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import jax
+import ml_collections
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from seed_jax.pipeline import evaluate, rl, stage1
+from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.multihost import barrier
-from seed_jax.pipeline.run import Run
-from seed_jax.pipeline.validate import STAGES, validate
+from seed_jax.pipeline.run import (
+    RESULT_NEUTRAL_KEYS,
+    Run,
+    check_relaunch,
+    stage_plan,
+    write_config,
+)
+from seed_jax.pipeline.validate import STAGES, ConfigValueError, check_inputs, check_retriever, validate
 from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
 
+__doc__ = __doc__.replace("{methods}", ", ".join(METHODS))
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Benchmark config file, e.g. configs/search.py:local")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<env>-<preset>-<method>)")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<env>-<preset>-<method>[-<hash>])")
 _STAGES = flags.DEFINE_string("stages", None, "Comma-separated subset of collect,annotate,sft,rl,eval")
+_FORCE = flags.DEFINE_bool("force", False, "Relaunch on a run directory even where config.json differs in keys "
+                           "that change results (config.json is overwritten; finished stages stay finished)")
+_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the resolved config and the stages that would run; "
+                             "load no model, run nothing")
 
 log = logging.getLogger("seed_jax")
 HOST0_STAGES = ("collect", "annotate", "eval")  # small host-side stages; sft and rl use every host
+ENV_STAGES = ("collect", "rl", "eval")  # the stages that step environments (a retriever must answer)
+# overrides left out of the default run directory's hash: the method is in its name, and keys that do
+# not change results, or continue a run (a raised rl.num_updates), keep the directory
+WORKDIR_NAME_NEUTRAL = RESULT_NEUTRAL_KEYS | {"method", "rl.num_updates"}
 
 
-def run_pipeline(config, workdir, stages=None, rl_callbacks=()) -> dict:
-    """Validate, then run the requested stages in order; returns each stage's summary.
+def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str | None = None,
+                 force: bool = False, dry_run: bool = False) -> dict:
+    """Check, then run the requested stages in order; returns each stage's summary.
 
+    Before any work: `validate` (impossible values), `check_inputs` (``model.path`` for the
+    ``paper`` preset, every named file or directory exists), `check_relaunch` (the run directory's
+    config.json; ``force`` accepts keys that change results) and, when a stage that steps
+    environments will run, the HTTP retriever; each raises `ConfigValueError`. ``dry_run``: print
+    the resolved config and the stage plan, and return the plan (``{stage: {"plan", "why"}}``).
     ``rl_callbacks``: called with each RL update's `seed_jax.pipeline.rl.UpdateRecord`.
     """
     if stages is not None:
         config.stages = stages
     validate(config)
+    check_inputs(config, preset)
+    workdir = Path(workdir).absolute()
+    relaunch = check_relaunch(config, workdir, force)
+    plan = stage_plan(config, workdir, relaunch.old)
+    busy = [p.stage for p in plan if p.action != "skip"]
+    if config.env.name == "search" and config.env.retriever == "http" and set(busy) & set(ENV_STAGES):
+        check_retriever(config.env.retriever_url)
+    if dry_run:
+        print(config)
+        print(f"run directory: {workdir}" + ("" if relaunch.old else " (new)"))
+        if relaunch.changed:
+            print(f"changed since config.json ({'forced' if relaunch.forced else 'allowed'}): "
+                  f"{', '.join(relaunch.changed)}")
+        for p in plan:
+            print(f"  {p.stage:9s} {p.action:7s} {p.why}")
+        return {p.stage: {"plan": p.action, "why": p.why} for p in plan}
+    if relaunch.changed:
+        log.warning("config differs from %s in %s (%s); config.json updated", workdir / "config.json",
+                    ", ".join(relaunch.changed), "forced" if relaunch.forced else "allowed")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU multi-process collectives
     maybe_initialize_distributed()
 
     run = Run(config, workdir)
+    write_config(config, workdir)
     mesh = make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    wanted = [s.strip() for s in config.stages.split(",") if s.strip()]
     actions = {"collect": lambda: stage1.collect(run), "annotate": lambda: stage1.annotate_stage(run),
                "sft": lambda: stage1.sft(run, mesh), "rl": lambda: rl.rl(run, mesh, rl_callbacks),
                "eval": lambda: evaluate.eval_stage(run)}
     out = {}
-    for stage in STAGES:
-        if stage not in wanted:
+    for item in plan:
+        stage = item.stage
+        if item.action == "skip":
+            out[stage] = run.done(stage)
+            log.info("stage %s already finished: %s", stage, out[stage])
             continue
-        prev = run.done(stage)
-        if prev is not None and not (stage == "eval" and config.eval.checkpoint):
-            log.info("stage %s already finished: %s", stage, prev)
-            out[stage] = prev
-            continue
+        for later in STAGES[STAGES.index(stage) + 1:]:
+            run.clear_done(later)
         t0 = time.time()
-        log.info("stage %s: start", stage)
+        log.info("stage %s: start (%s)", stage, item.why)
         if stage in HOST0_STAGES and jax.process_index() != 0:
             summary = {"host": jax.process_index(), "skipped": "runs on host 0"}
         else:
             summary = actions[stage]()
         barrier(f"stage-{stage}")
         summary = {**summary, "wall_s": round(time.time() - t0, 1)}
+        if stage == "rl":
+            summary["num_updates"] = config.rl.num_updates  # a raised rl.num_updates reopens the stage
         run.mark_done(stage, summary)
         log.info("stage %s: done in %.1fs: %s", stage, summary["wall_s"], summary)
         out[stage] = summary
@@ -79,8 +146,62 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=()) -> dict:
     return out
 
 
+def default_workdir(config, preset: str, overrides: Mapping[str, object]) -> Path:
+    """``runs/<env>-<preset>-<method>``, plus ``-<6 hex>`` of the overrides that change results."""
+    name = f"{config.env.name}-{preset}-{config.method}"
+    kept = {k: v.to_dict() if hasattr(v, "to_dict") else v for k, v in overrides.items()
+            if k not in WORKDIR_NAME_NEUTRAL}
+    if kept:
+        blob = json.dumps(kept, sort_keys=True, default=str)
+        name += "-" + hashlib.sha256(blob.encode()).hexdigest()[:6]
+    return Path("runs") / name
+
+
+def flag_error_message(err: BaseException) -> str:
+    """One line for an error of the command line (an unknown or mistyped key, a bad preset)."""
+    text = str(err)
+    if isinstance(err, (AttributeError, KeyError)):  # ml_collections: an unknown --config.a.b key
+        text = text.encode().decode("unicode_escape").replace("\\'", "'")
+        m = re.search(r"'([\w.]+)'.*Did you mean \"(\w+)\"", text, re.S)
+        if m:
+            return f"unknown key {_override_key(m.group(1))}; did you mean {m.group(2)}?"
+        m = re.search(r"'([\w.]+)'", text)
+        return f"unknown key {_override_key(m.group(1)) if m else text.strip()}"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    head = re.sub(r"^flag ", "", lines[0]).replace(" Error whilst parsing config file:", "") if lines else ""
+    # an exception inside the config file: its last line says what was wrong
+    error_lines = [ln for ln in lines if re.match(r"^\w*(Error|Exception): ", ln)]
+    if error_lines:
+        return f"{head} {error_lines[-1].split(': ', 1)[1]}"
+    return " ".join([head, *lines[1:]])
+
+
+def _override_key(name: str) -> str:
+    """``config.a.b`` for the ``--config.a.b.c`` argument of sys.argv naming ``name``, or ``name``."""
+    for arg in sys.argv[1:]:
+        parts = arg.lstrip("-").split("=", 1)[0].split(".")
+        if parts[0] == "config" and name in parts[1:]:
+            return ".".join(parts[: parts.index(name, 1) + 1])
+    return name
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, with a command-line error as one line on stderr and exit 2."""
+    try:
+        return flags.FLAGS(argv)
+    except (flags.Error, AttributeError, KeyError) as e:
+        print(f"error: {flag_error_message(e)}", file=sys.stderr)
+        sys.exit(2)
+
+
+def config_preset(spec: str) -> str:
+    return spec.split(":", 1)[1] if ":" in spec else "local"
+
+
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {argv[1:]} (flags are --name=value)", file=sys.stderr)
+        sys.exit(2)
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax / jax chatter
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -89,12 +210,22 @@ def main(argv):
     log.propagate = False
     config = _CONFIG.value
     if config is None:
-        raise app.UsageError("--config is required, e.g. --config=configs/search.py")
-    spec = flags.FLAGS["config"].config_filename if hasattr(flags.FLAGS["config"], "config_filename") else ""
-    preset = spec.split(":", 1)[1] if ":" in str(spec) else "local"
-    workdir = _WORKDIR.value or str(Path("runs") / f"{config.env.name}-{preset}-{config.method}")
-    run_pipeline(config, workdir, _STAGES.value)
+        print("error: --config is required, e.g. --config=configs/search.py:local (see --help)", file=sys.stderr)
+        sys.exit(2)
+    spec = str(getattr(flags.FLAGS["config"], "config_filename", "") or "")
+    if not isinstance(config, ml_collections.ConfigDict):  # the config file could not be read
+        why = " ".join(str(getattr(config, "_error", "unreadable config")).split())
+        print(f"error: --config={spec}: {why}", file=sys.stderr)
+        sys.exit(2)
+    preset = config_preset(spec)
+    workdir = _WORKDIR.value or str(default_workdir(config, preset, config_flags.get_override_values(
+        flags.FLAGS["config"])))
+    try:
+        run_pipeline(config, workdir, _STAGES.value, preset=preset, force=_FORCE.value, dry_run=_DRY_RUN.value)
+    except ConfigValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -4,7 +4,10 @@ Prompts are left-padded into a few static length buckets (and the batch into pow
 row buckets), so a new prompt length does not recompile. The decode loop runs on device in
 chunks of ``chunk`` tokens; between chunks the host looks for stop strings (``</action>``,
 ``</search>``, ``</answer>`` ...) in the decoded text and marks those rows finished, and the
-cache is donated back into the next chunk. Rows also finish on an EOS token. Prefill and
+cache is donated back into the next chunk. With ``think_tags`` a stop string counts only
+outside thinking, by the action parser's rule (`envs.actions.find_stop`): a ``</action>``
+written inside ``<think>...</think>``, or after a ``<think>`` not yet closed, does not end
+the response. Rows also finish on an EOS token. Prefill and
 decode run the layer-unrolled decoder on per-layer weights (`decoder.unstack_layers`: views of
 the stacked arrays on CPU, a copy made once per call on other backends) and per-layer caches.
 
@@ -30,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs.actions import find_stop
 from seed_jax.buckets import BUCKETS, round_up, row_bucket
 from seed_jax.models import decoder
 from seed_jax.models.config import ModelConfig
@@ -179,15 +183,20 @@ def _decode_chunk(uparams, cfg: ModelConfig, state: DecodeState, sp: SamplingPar
     return jax.lax.while_loop(cond, body, state)
 
 
-def _find_stop(tokenizer, ids: list[int], stop_strings: Sequence[str], start: int) -> int | None:
-    """Smallest k >= start such that decode(ids[:k]) contains a stop string, else None."""
+def _find_stop(tokenizer, ids: list[int], stop_strings: Sequence[str], start: int,
+               think_tags: tuple[str, str] | None = None) -> int | None:
+    """Smallest k >= start such that decode(ids[:k]) holds a stop string (outside thinking when
+    ``think_tags`` are given, `envs.actions.find_stop`), else None."""
     if not stop_strings:
         return None
-    text = tokenizer.decode(ids, skip_special_tokens=True)
-    if not any(s in text for s in stop_strings):
+
+    def holds_stop(k: int) -> bool:
+        return find_stop(tokenizer.decode(ids[:k], skip_special_tokens=True), stop_strings, think_tags) is not None
+
+    if not holds_stop(len(ids)):
         return None
     for k in range(max(1, start), len(ids) + 1):
-        if any(s in tokenizer.decode(ids[:k], skip_special_tokens=True) for s in stop_strings):
+        if holds_stop(k):
             return k
     return len(ids)
 
@@ -195,15 +204,17 @@ def _find_stop(tokenizer, ids: list[int], stop_strings: Sequence[str], start: in
 def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, seed: int = 0, stop_strings: Sequence[str] = (),
              prompt_buckets: Sequence[int] = BUCKETS, chunk: int = 32,
-             params=None, ignore_eos: bool = False) -> GenerationResult:
+             params=None, ignore_eos: bool = False,
+             think_tags: tuple[str, str] | None = None) -> GenerationResult:
     """Generate continuations for a batch of prompts.
 
     ``model`` is a `seed_jax.models.Model` (``params`` overrides its parameters, e.g. the
     trainer's current ones). ``prompts`` are strings (already chat-templated; tokenized without
     extra special tokens) or lists of token ids. Returns the new token ids (EOS included when
     produced, nothing after a stop string's last token), their text (special tokens skipped,
-    cut right after the stop string) and the sampled tokens' log-probs. ``ignore_eos`` runs all
-    ``max_new_tokens`` steps (for benchmarks).
+    cut right after the stop string) and the sampled tokens' log-probs. ``think_tags`` (opening,
+    closing; e.g. `envs.actions.THINK_TAGS`): stop strings inside thinking do not count (None:
+    they count anywhere). ``ignore_eos`` runs all ``max_new_tokens`` steps (for benchmarks).
     """
     cfg: ModelConfig = model.config
     params = model.params if params is None else params
@@ -245,7 +256,7 @@ def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperatur
             for i in range(n):
                 if i in stop_at:
                     continue
-                k = _find_stop(tokenizer, toks[i, :lengths[i]].tolist(), stop_strings, checked[i])
+                k = _find_stop(tokenizer, toks[i, :lengths[i]].tolist(), stop_strings, checked[i], think_tags)
                 checked[i] = int(lengths[i])
                 if k is not None:
                     stop_at[i] = k
@@ -270,8 +281,8 @@ def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperatur
         row = toks[i, :k].tolist()
         text = tokenizer.decode(row, skip_special_tokens=True)
         if reason == "stop":
-            cut = min((text.find(s) + len(s) for s in stop_strings if s in text), default=len(text))
-            text = text[:cut]
+            cut = find_stop(text, stop_strings, think_tags)
+            text = text[:cut] if cut is not None else text
         out_ids.append(row)
         texts.append(text)
         out_lps.append([float(v) for v in lps[i, :k]])

@@ -8,7 +8,9 @@ Two independent references are used:
 * a *scanner oracle* for arbitrary text: a hand-written `str.find` scanner (no regex) that
   implements the documented rules.
 
-The CJK primitive `contains_cjk` is checked on its own against Unicode character names.
+The CJK primitive `contains_cjk` is checked on its own against Unicode character names. The
+sampler's stop rule `find_stop` is held to the same thinking rule as the parser: the shortest
+prefix whose text outside thinking (the scanner oracle's) holds a stop string.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import unicodedata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envs.actions import ParsedAction, contains_cjk, parse_action
+from envs.actions import ParsedAction, contains_cjk, find_stop, parse_action, think_spans
 
 REASONS = {"missing", "duplicated", "mixed", "unclosed", "cjk", "empty"}
 KIND_SETS = [("action",), ("search", "answer")]
@@ -187,7 +189,8 @@ def test_well_formed_response_is_valid(think, text, kinds):
 
 
 def _strip_think(text: str) -> str:
-    """Replace each '<think>' ... first following '</think>' by one space (scan left to right)."""
+    """Replace each '<think>' ... first following '</think>' by one space (scan left to right);
+    a '<think>' never closed: the rest of the text is thinking, replaced by one space."""
     out, i = [], 0
     while True:
         start = text.find("<think>", i)
@@ -196,7 +199,8 @@ def _strip_think(text: str) -> str:
             return "".join(out)
         end = text.find("</think>", start + len("<think>"))
         if end < 0:
-            out.append(text[i:])
+            out.append(text[i:start])
+            out.append(" ")
             return "".join(out)
         out.append(text[i:start])
         out.append(" ")
@@ -288,3 +292,70 @@ def test_spec_examples():
     got = parse_action("<think>maybe <action>look</action>?</think><action>Go To Desk 1</action>",
                        ("action",), lowercase=True)
     assert got == ParsedAction("action", "go to desk 1", True)
+    # a <think> never closed: the rest is still thinking, so it holds no action
+    assert parse_action("<think>maybe <action>look</action>", ("action",)).reason == "missing"
+    assert parse_action("<action>look</action><think>or not", ("action",)).text == "look"
+
+
+# ---------------------------------------------------------------------------------------------
+# stop strings follow the parser's thinking rule
+
+
+_STOP_SETS = [("</action>",), ("</search>", "</answer>")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_ARBITRARY, stops=st.sampled_from(_STOP_SETS))
+def test_find_stop_is_the_shortest_prefix_with_a_stop_string_outside_thinking(text, stops):
+    """What the sampler sees as text grows: the first prefix whose text outside thinking (the
+    scanner oracle's `_strip_think`) holds a stop string."""
+    def holds(q):
+        return any(s in _strip_think(text[:q]) for s in stops)
+
+    want = next((q for q in range(len(text) + 1) if holds(q)), None)
+    assert find_stop(text, stops) == want, repr(text)
+    # the plain rule (no thinking) is the shortest prefix holding a stop string anywhere
+    assert find_stop(text, stops, None) == next(
+        (q for q in range(len(text) + 1) if any(s in text[:q] for s in stops)), None)
+
+
+def test_think_spans_examples():
+    assert think_spans("a<think>b</think>c<think>d") == [(1, 17), (18, 26)]
+    assert think_spans("</think><think></think>") == [(8, 23)]
+    assert think_spans("no thinking") == []
+    assert think_spans("x[[y]]z", ("[[", "]]")) == [(1, 6)]
+
+
+_ASCII_BLOCK_TEXT = st.text(alphabet=st.sampled_from(list("abc XYZ 019.,[]")), max_size=8)
+
+
+@st.composite
+def thought_then_action(draw):
+    """<think>{text mentioning action blocks}</think>{filler}<kind>{text}</kind>{more}: the
+    response up to the action block is what the sampler should return."""
+    kinds = draw(st.sampled_from(KIND_SETS))
+    kind = draw(st.sampled_from(kinds))
+    blocks = st.builds(Block, kind=st.sampled_from(kinds), text=_ASCII_BLOCK_TEXT, closed=st.booleans())
+    think_blocks = draw(st.lists(blocks, max_size=2))
+    think = draw(_ASCII_PLAIN) + "".join(b.render() for b in think_blocks) + draw(_ASCII_PLAIN)
+    text = draw(_ASCII_BLOCK_TEXT.filter(lambda t: t.strip()))
+    head = f"<think>{think}</think>" + draw(_ASCII_PLAIN) + f"<{kind}>{text}</{kind}>"
+    more = draw(_ASCII_PLAIN) + "".join(b.render() for b in draw(st.lists(blocks, max_size=2)))
+    return kinds, kind, text, think_blocks, head, more
+
+
+@settings(max_examples=200, deadline=None)
+@given(thought_then_action())
+def test_a_stop_string_inside_thinking_does_not_cut_the_action_off(case):
+    kinds, kind, text, think_blocks, head, more = case
+    stops = tuple(f"</{k}>" for k in kinds)
+    response = head + more
+    cut = find_stop(response, stops)
+    assert cut == len(head)
+    assert parse_action(response[:cut], kinds) == parse_action(head, kinds) == ParsedAction(kind, text.strip(), True)
+    # the plain rule (first stop string anywhere) cuts inside thinking when a block closed there
+    plain = min(response.find(s) + len(s) for s in stops if s in response)
+    if any(b.closed for b in think_blocks):
+        assert plain < len(head) and not parse_action(response[:plain], kinds).valid
+    else:  # no stop string while thinking: both rules give the same response, the same action
+        assert plain == cut

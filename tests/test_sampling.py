@@ -1,4 +1,5 @@
-"""Sampler: greedy parity with transformers' generate, seeds, stop strings, sampling filters."""
+"""Sampler: greedy parity with transformers' generate, seeds, stop strings (outside thinking,
+by the action parser's rule), sampling filters."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from envs.actions import THINK_TAGS, parse_action
 from seed_jax.models import load_model
-from seed_jax.sampling import SamplingParams, generate, sample_token
+from seed_jax.sampling import SamplingParams, _find_stop, generate, sample_token
 from tests.conftest import TINY_KINDS
 
 PROMPTS = [[5, 17, 33, 90, 12, 7, 8, 44, 61], [9, 100, 3], [70, 71, 72, 73, 74, 75]]
@@ -78,6 +80,63 @@ def test_stop_string_ends_the_sequence_at_the_string(tiny_model_dirs, smol_token
     assert ids == free.token_ids[0][: len(ids)]  # a prefix of the free run ...
     assert stop in smol_tokenizer.decode(ids) and stop not in smol_tokenizer.decode(ids[:-1])  # ... minimal
     assert len(res.logprobs[0]) == len(ids)
+
+
+def test_a_stop_string_while_thinking_does_not_end_the_response(smol_tokenizer):
+    def ids_of(text):
+        return smol_tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def upto(ids, k):
+        return smol_tokenizer.decode(ids[:k], skip_special_tokens=True)
+
+    ids = ids_of("<think>maybe <action>look</action>?</think><action>go to desk 1</action> and more")
+    k = _find_stop(smol_tokenizer, ids, ("</action>",), 0, THINK_TAGS)
+    assert upto(ids, k).endswith("?</think><action>go to desk 1</action>")
+    assert not upto(ids, k - 1).endswith("</action>")
+    assert parse_action(upto(ids, k), ("action",)).text == "go to desk 1"
+    plain = _find_stop(smol_tokenizer, ids, ("</action>",), 0)  # no think tags: the first one anywhere
+    assert upto(ids, plain).endswith("<think>maybe <action>look</action>")
+    assert not parse_action(upto(ids, plain), ("action",)).valid
+    # a <think> not yet closed: everything after it is still thinking
+    assert _find_stop(smol_tokenizer, ids_of("<think>maybe <action>look</action> or"), ("</action>",), 0,
+                      THINK_TAGS) is None
+
+
+def test_generate_skips_stop_strings_inside_thinking(tiny_model_dirs, smol_tokenizer):
+    """On a tiny model's greedy text, with think tags cut out of that text: a stop string inside
+    the thinking span is passed over, the next one after it ends the response."""
+    model = load_model(tiny_model_dirs["qwen3"][1])
+    free = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=24, temperature=0.0)
+    text = free.texts[0]
+    case = None  # (stop, f1, f2, open, close): the stop at f1 inside [open, close], again at f2 after it
+    for i in range(1, len(text) - 2):
+        stop = text[i:i + 2]
+        f1 = text.find(stop)
+        f2 = text.find(stop, f1 + 1)
+        if "\ufffd" in stop or f1 < 1 or f2 < 0:
+            continue
+        open_tag = text[f1 - 1:f1 + 1]
+        if text.find(open_tag) != f1 - 1:
+            continue
+        for j in range(f1 + 2, f2 - 1):
+            close = text[j:j + 2]
+            if text.find(close, f1 + 1) == j and open_tag not in text[j + 2:f2 + 2] and "\ufffd" not in close:
+                case = (stop, f1, f2, open_tag, close)
+                break
+        if case:
+            break
+    assert case, f"no stop string seen twice with room for think tags in {text!r}"
+    stop, f1, f2, open_tag, close = case
+    kw = dict(max_new_tokens=24, temperature=0.0, stop_strings=[stop], chunk=4)
+    plain = generate(model, smol_tokenizer, PROMPTS, **kw)
+    assert plain.finish_reasons[0] == "stop" and plain.texts[0] == text[:f1 + 2]
+    res = generate(model, smol_tokenizer, PROMPTS, think_tags=(open_tag, close), **kw)
+    assert res.finish_reasons[0] == "stop" and res.texts[0] == text[:f2 + 2]
+    assert res.token_ids[0] == free.token_ids[0][:len(res.token_ids[0])]
+    assert len(res.token_ids[0]) > len(plain.token_ids[0])
+    # thinking that never closes: the stop string never counts
+    res = generate(model, smol_tokenizer, PROMPTS, think_tags=(open_tag, "\x00"), **kw)
+    assert res.finish_reasons[0] != "stop" and res.texts[0] == text and res.token_ids[0] == free.token_ids[0]
 
 
 def test_top_k_one_is_greedy_and_top_p_keeps_the_nucleus():

@@ -463,3 +463,130 @@ def test_server_cli(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# ------------------------------------------------------------------ the paper's data (Search-R1 layout)
+
+PAPER_EVAL_SPLITS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+
+
+def _search_config(preset: str, data_dir: str = ""):
+    from configs.search import get_config
+
+    c = get_config(preset)
+    c.env.data_dir = data_dir
+    return c
+
+
+def test_paper_preset_without_its_data_is_refused_naming_every_missing_file(tmp_path):
+    from seed_jax.pipeline.validate import ConfigValueError, validate
+
+    c = _search_config("paper", str(tmp_path))
+    assert tuple(c.env.eval_splits) == PAPER_EVAL_SPLITS and not c.env.vendored_data
+    with pytest.raises(ConfigValueError, match=r"config\.env\.data_dir") as err:
+        validate(c)
+    msg = str(err.value)
+    assert os.path.join(str(tmp_path), "nq_hotpotqa_train", "train.parquet") in msg
+    for split in PAPER_EVAL_SPLITS:
+        assert os.path.join(str(tmp_path), split, "test.parquet") in msg and f"  {split}: " in msg
+    # without a data_dir the message still shows the layout
+    with pytest.raises(ConfigValueError, match=r"<data_dir>/nq/test\.parquet"):
+        validate(_search_config("paper"))
+    # an explicit file per split that does not exist is named as such
+    c = _search_config("paper", str(tmp_path))
+    c.env.datasets = {"nq": str(tmp_path / "nope.parquet")}
+    with pytest.raises(ConfigValueError, match=r"env\.datasets\.nq = .*nope\.parquet does not exist"):
+        validate(c)
+
+
+def test_local_and_tiny_presets_keep_the_vendored_sample():
+    from seed_jax.pipeline.environments import make_benchmark
+    from seed_jax.pipeline.validate import validate
+
+    vendored = load_default_tasks()
+    for preset in ("local", "tiny"):
+        c = _search_config(preset)
+        validate(c)
+        bench = make_benchmark(c.env)
+        assert bench.eval_splits == ("hotpotqa",)
+        assert bench.tasks("train") == vendored[:80] and bench.tasks("hotpotqa") == vendored[80:]
+        with pytest.raises(ValueError, match=r"nq/test\.parquet"):
+            bench.tasks("nq")
+
+
+
+def test_a_data_file_asked_for_and_missing_never_falls_back_to_the_vendored_sample(tmp_path):
+    from seed_jax.pipeline.environments import make_benchmark
+    from seed_jax.pipeline.validate import ConfigValueError, validate
+
+    c = _search_config("local", str(tmp_path))  # a data_dir without the files
+    with pytest.raises(ConfigValueError, match=r"split\(s\) train, hotpotqa:"):
+        validate(c)
+    with pytest.raises(ValueError, match=r"hotpotqa/test\.parquet"):
+        make_benchmark(c.env).tasks("hotpotqa")
+    c = _search_config("local")
+    c.env.datasets = {"train": str(tmp_path / "train.parquet")}
+    with pytest.raises(ConfigValueError, match=r"split\(s\) train:"):
+        validate(c)
+
+
+def _write_layout(root) -> dict[str, list[str]]:
+    """Tiny files in Search-R1's layout: parquet rows of the real NQ test file (Search-R1's
+    schema) given each split's data source, FlashRAG jsonl for some; returns the questions."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(NQ_PARQUET)
+    files = {"train": "nq_hotpotqa_train/train.parquet", "nq": "nq/test.parquet", "triviaqa": "triviaqa/test.jsonl",
+             "popqa": "popqa/test.parquet", "hotpotqa": "hotpotqa/dev.parquet",
+             "2wikimultihopqa": "2wikimultihopqa/dev.jsonl", "musique": "musique/dev.parquet",
+             "bamboogle": "bamboogle/test.jsonl"}
+    questions = {}
+    for i, (split, rel) in enumerate(files.items()):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if rel.endswith(".parquet"):
+            rows = table.slice(3 * i, 3)
+            rows = rows.set_column(rows.schema.get_field_index("data_source"), "data_source",
+                                   pa.array(["nq" if split == "train" else split] * 3))
+            pq.write_table(rows, path)
+            questions[split] = rows.column("question").to_pylist()
+        else:
+            questions[split] = [f"{split} question {j}?" for j in range(2)]
+            path.write_text("".join(json.dumps({"id": f"test_{j}", "question": q, "golden_answers": [f"a{j}"]}) + "\n"
+                                    for j, q in enumerate(questions[split])))
+    # a dev file beside a test file: the test file is read (as Search-R1's data script picks)
+    pq.write_table(table.slice(100, 1), root / "nq" / "dev.parquet")
+    return questions
+
+
+def test_paper_preset_loads_the_seven_eval_splits_and_train_from_the_layout(tmp_path):
+    from seed_jax.pipeline.environments import make_benchmark
+    from seed_jax.pipeline.validate import ConfigValueError, validate
+
+    questions = _write_layout(tmp_path)
+    c = _search_config("paper", str(tmp_path))
+    validate(c)
+    bench = make_benchmark(c.env)
+    assert bench.train_split == "train" and bench.eval_splits == PAPER_EVAL_SPLITS
+    for split in ("train", *PAPER_EVAL_SPLITS):
+        tasks = bench.tasks(split)
+        assert [t["question"] for t in tasks] == questions[split], split
+        assert {t["data_source"] for t in tasks} == {"nq" if split == "train" else split}
+        assert len({t["task_id"] for t in tasks}) == len(tasks)
+    # one file gone: only that split is named
+    os.remove(tmp_path / "musique" / "dev.parquet")
+    with pytest.raises(ConfigValueError) as err:
+        validate(c)
+    assert "split(s) musique:" in str(err.value) and "  nq: " not in str(err.value)
+
+
+def test_launch_refuses_the_paper_preset_without_data_with_exit_status_2(tmp_path):
+    workdir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "seed_jax.launch", "--config=configs/search.py:paper",
+           f"--config.env.data_dir={tmp_path}", f"--workdir={workdir}"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": REPO})
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert os.path.join(str(tmp_path), "bamboogle", "test.parquet") in r.stderr
+    assert "Traceback" not in r.stderr and not workdir.exists()

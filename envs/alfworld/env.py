@@ -9,10 +9,11 @@
   stepped: the observation repeats the previous one after a note saying the response was invalid.
   reward_t = 10 * won_t - 0.1 * invalid_t; done_t = won_t or t >= max_steps.
 
-info keys (reset and step): ``valid``, ``won``, ``raw_observation``, ``admissible_commands``
-(list, 'help' dropped), ``task_type``, ``task_id``, ``gamefile``, ``step`` (steps taken),
-``action`` (command sent, '' when invalid), ``reason`` (why the response was invalid, '' when
-valid) and ``done_reason`` ('won', 'max_steps' or '').
+info keys (reset and step): those of the `envs.base` contract (``valid``, ``won``,
+``raw_observation``, ``action_text`` (the command sent, '' when invalid), ``reason`` (why the
+response was invalid, '' when valid), ``task_id``, ``step`` (steps taken), ``task_type``), and
+``admissible_commands`` (list, 'help' dropped), ``gamefile``, ``action`` (= ``action_text``)
+and ``done_reason`` ('won', 'max_steps' or '').
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ class AlfWorldEnv(Environment):
             "gamefile": self._task["game_file"],
             "step": len(self._history),
             "action": action,
+            "action_text": action,
             "reason": reason,
             "done_reason": done_reason,
         }

@@ -9,10 +9,11 @@
   observation repeats the previous one after a short note.
   reward_t = 10 * won_t - 0.1 * invalid_t; done_t = won_t or t >= max_steps.
 
-info keys (reset and step): ``valid``, ``won``, ``raw_observation``, ``admissible_commands``
-(sorted), ``task_type``, ``task_id``, ``data_source`` ('household'), ``step`` (steps taken),
-``action`` and ``action_text`` (command parsed, '' when invalid), ``reason`` (why invalid, ''
-when valid), ``admissible`` (the command was admissible), ``done_reason`` ('won',
+info keys (reset and step): those of the `envs.base` contract (``valid``, ``won``,
+``raw_observation``, ``action_text`` (command parsed, lower-cased, whitespace collapsed; ''
+when invalid), ``reason`` (why invalid, '' when valid), ``task_id``, ``step`` (steps taken),
+``task_type``, ``data_source`` ('household')), and ``admissible_commands`` (sorted), ``action``
+(= ``action_text``), ``admissible`` (the command was admissible), ``done_reason`` ('won',
 'max_steps' or ''), ``expert_actions`` (sorted optimal commands at the state *before* this
 step; at reset: at the initial state), ``expert_consistent`` (the step's command is one of
 them; False at reset and for invalid responses), ``expert_distance`` (goal distance before

@@ -9,6 +9,18 @@ answers fall back to ``reward_model.ground_truth.target``), HotpotQA json (a lis
 ``{"_id", "question", "answer", ...}``, as the official files and HippoRAG's copies) and
 FlashRAG jsonl (``{"id", "question", "golden_answers"}``).
 
+The paper's data (`SEARCH_R1_EVAL_SPLITS`, `search_r1_files`): Search-R1's training set (NQ +
+HotpotQA train) and the test sets of seven QA benchmarks, one file per split under a data
+directory::
+
+    <data_dir>/nq_hotpotqa_train/train.parquet      (split 'train')
+    <data_dir>/nq/test.parquet                      (split 'nq'; likewise triviaqa, popqa, bamboogle)
+    <data_dir>/hotpotqa/dev.parquet                 (split 'hotpotqa'; likewise 2wikimultihopqa, musique)
+
+An eval split takes the first of ``test.parquet``, ``test.jsonl``, ``dev.parquet``,
+``dev.jsonl`` in its folder (test, else dev, as Search-R1's data script picks; the .jsonl
+files in FlashRAG's format); the train split ``train.parquet`` or ``train.jsonl``.
+
 The default set (``envs/search/data/``, see SOURCES.md there) is the 100 HotpotQA questions
 of HippoRAG's ``hotpotqa_train.json`` over a corpus of their 994 context paragraphs plus
 1,000 wiki-18 passages of FlashRAG's sample; rebuild it with
@@ -27,6 +39,9 @@ DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 DEFAULT_CORPUS = "default_corpus.jsonl"
 DEFAULT_TASKS = "default_tasks.jsonl"
 TASK_KEYS = ("task_id", "question", "golden_answers", "data_source")
+# the QA benchmarks the paper evaluates on (Search-R1's seven test sets)
+SEARCH_R1_EVAL_SPLITS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+SEARCH_R1_TRAIN_DIR = "nq_hotpotqa_train"  # Search-R1's training set: NQ + HotpotQA train
 
 
 def make_task(task_id, question, golden_answers, data_source: str) -> dict:
@@ -56,8 +71,11 @@ def validate_task(task: dict) -> dict:
     return task
 
 
-def load_searchr1_parquet(path: str, limit: int | None = None) -> list[dict]:
-    """Search-R1 parquet rows -> tasks; task_id = ``<data_source>-<id>`` (or row index)."""
+def load_searchr1_parquet(path: str, limit: int | None = None, data_source: str | None = None) -> list[dict]:
+    """Search-R1 parquet rows -> tasks; task_id = ``<data_source>-<id>`` (or row index).
+
+    A row without ``data_source`` takes `data_source`, else the file's name, or its folder's
+    name when the file is named after a split (``nq/test.parquet`` -> 'nq')."""
     import pyarrow.parquet as pq  # deferred: heavy, needed only for parquet files
 
     table = pq.read_table(path)
@@ -67,6 +85,9 @@ def load_searchr1_parquet(path: str, limit: int | None = None) -> list[dict]:
     if limit is not None:
         table = table.slice(0, limit)
     default_source = os.path.splitext(os.path.basename(path))[0]
+    if default_source in ("train", "test", "dev"):
+        default_source = os.path.basename(os.path.dirname(os.path.abspath(path))) or default_source
+    default_source = data_source or default_source
     tasks = []
     for i, row in enumerate(table.to_pylist()):
         answers = row.get("golden_answers")
@@ -118,7 +139,7 @@ def load_tasks(path: str, data_source: str | None = None, limit: int | None = No
     """Dispatch on the extension: .parquet (Search-R1), .json (HotpotQA), .jsonl (FlashRAG or
     already-made task dicts, recognised by a ``task_id`` key)."""
     if path.endswith(".parquet"):
-        return load_searchr1_parquet(path, limit)
+        return load_searchr1_parquet(path, limit, data_source)
     if path.endswith(".json"):
         return load_hotpotqa_json(path, limit)
     if path.endswith(".jsonl"):
@@ -169,6 +190,20 @@ def build_default_set(src_dir: str, out_dir: str = DATA_DIR) -> tuple[int, int]:
     write_jsonl(docs, os.path.join(out_dir, DEFAULT_CORPUS))
     write_jsonl(tasks, os.path.join(out_dir, DEFAULT_TASKS))
     return len(docs), len(tasks)
+
+
+def search_r1_files(data_dir: str, split: str) -> list[str]:
+    """The files a split may have under `data_dir` in Search-R1's layout (module docstring), in
+    order of preference: ``train`` reads ``nq_hotpotqa_train/train.{parquet,jsonl}``, any other
+    split ``<split>/{test,dev}.{parquet,jsonl}``."""
+    stems = [os.path.join(SEARCH_R1_TRAIN_DIR, "train")] if split == "train" else [
+        os.path.join(split, "test"), os.path.join(split, "dev")]
+    return [os.path.join(data_dir, stem + ext) for stem in stems for ext in (".parquet", ".jsonl")]
+
+
+def find_search_r1_file(data_dir: str, split: str) -> str | None:
+    """The first of `search_r1_files` that exists, else None."""
+    return next((p for p in search_r1_files(data_dir, split) if os.path.isfile(p)), None)
 
 
 def default_corpus_path() -> str:

@@ -10,6 +10,10 @@ Episode rules
   gets reward ``-invalid_penalty`` (-0.01); the observation tells the model why.
 - After `max_steps` (4) turns without an answer the episode ends; the last step's reward is
   0 (or -0.01 when that last response was invalid).
+
+info keys (reset and step): those of the `envs.base` contract (``action_text`` is the query or
+the answer as written, stripped; '' when invalid; ``data_source``), and ``action_kind``
+('search', 'answer'; only after a step), ``retrieved`` (ids and titles of the passages).
 """
 
 from __future__ import annotations
@@ -92,7 +96,8 @@ class SearchEnv(Environment):
         """Start an episode; returns (ordinary prompt, info). raw_observation = 'Question: q'."""
         self._task = validate_task(task)
         self._history, self._steps, self._done = [], 0, False
-        info = self._info(valid=True, won=False, raw=f"Question: {self.task_description}", retrieved=[], reason="")
+        info = self._info(valid=True, won=False, raw=f"Question: {self.task_description}", retrieved=[], reason="",
+                          action_text="")
         return self.build_prompt(), info
 
     def step(self, response_text: str) -> tuple[str, float, bool, dict]:
@@ -122,8 +127,9 @@ class SearchEnv(Environment):
             action = f"<answer> {parsed.text} </answer>"
         self._history.append(StepRecord(observation=obs, action=action))
         self._done = done
-        info = self._info(valid=parsed.valid, won=won, raw=obs, retrieved=retrieved, reason=parsed.reason)
-        info["action_kind"], info["action_text"] = parsed.kind, parsed.text
+        info = self._info(valid=parsed.valid, won=won, raw=obs, retrieved=retrieved, reason=parsed.reason,
+                          action_text=parsed.text)
+        info["action_kind"] = parsed.kind
         return obs, float(reward), done, info
 
     def build_prompt(self) -> str:
@@ -140,11 +146,12 @@ class SearchEnv(Environment):
         lines.append(_INSTRUCTION)
         return "\n".join(lines)
 
-    def _info(self, *, valid: bool, won: bool, raw: str, retrieved: list[dict], reason: str) -> dict:
+    def _info(self, *, valid: bool, won: bool, raw: str, retrieved: list[dict], reason: str, action_text: str) -> dict:
         return {
             "valid": valid,
             "won": won,
             "raw_observation": raw,
+            "action_text": action_text,
             "retrieved": retrieved,
             "reason": reason,
             "data_source": self.task["data_source"],

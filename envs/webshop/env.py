@@ -9,6 +9,11 @@ why) when its action block is missing/duplicated/mixed/unclosed/empty/holds CJK
 only on the search page, click only on a listed clickable. (The original engine also
 accepted a search from any page and ignored unknown clicks without penalty.)
 
+info keys (reset and step): those of the `envs.base` contract (``action_text`` is the action
+applied, ``search[query]`` or ``click[text]`` lower-cased, '' when invalid; ``score``), and
+``penalty``, ``available_actions``, ``has_search_bar``, ``clickables``, ``page``,
+``truncated``, ``goal_asin``, ``purchased_asin``, ``reward_info``.
+
 ``click[buy now]`` ends the episode: reward 10 if the task score is exactly 1, else 0;
 ``info['score']`` is the task score in [0, 1]. After ``max_steps`` (15) steps without a
 purchase the episode ends with reward 0 (``info['truncated']``).
@@ -153,6 +158,7 @@ class WebShopEnv(Environment):
         self.max_steps, self.history_window = max_steps, history_window
         self.goal: Goal | None = None
         self.task: dict = {}
+        self.task_id = ""
         self.history: list[StepRecord] = []
         self.steps = 0
         self.done = True
@@ -183,10 +189,11 @@ class WebShopEnv(Environment):
 
     def reset(self, task: Any) -> tuple[str, dict]:
         self.goal, self.task = self._goal_of(task)
+        self.task_id = str(self.task.get("task_id", f"webshop/{self.task.get('goal_index', self.goal.asin)}"))
         self.engine.start(self.goal)
         self.history, self.steps, self.done = [], 0, False
         obs = self.engine.observation()
-        return obs, self._info(valid=True, reason="", penalty=0.0)
+        return obs, self._info(valid=True, action="", reason="", penalty=0.0)
 
     def available_actions(self) -> list[str]:
         """Admissible action strings of the current page (verl-agent ``format_avail_actions``)."""
@@ -228,19 +235,20 @@ class WebShopEnv(Environment):
             reward = SUCCESS_REWARD if self.engine.reward.score == 1.0 else 0.0
         elif self.steps >= self.max_steps:
             self.done = truncated = True
-        info = self._info(valid=not reason, reason=reason,
+        info = self._info(valid=not reason, action="" if reason else f"{verb}[{arg}]", reason=reason,
                           penalty=self.spec.invalid_penalty if reason else 0.0, truncated=truncated)
         return self.engine.observation(), reward, self.done, info
 
-    def _info(self, valid: bool, reason: str, penalty: float, truncated: bool = False) -> dict:
+    def _info(self, valid: bool, action: str, reason: str, penalty: float, truncated: bool = False) -> dict:
         r = self.engine.reward
         score = r.score if r is not None else 0.0
         return {
             "valid": valid,
+            "action_text": action,
             "reason": reason,
             "penalty": penalty,
             "won": r is not None and score == 1.0,
-            "score": score,
+            "score": float(score),
             "raw_observation": self.engine.observation(),
             "available_actions": self.available_actions() if not self.done else [],
             "has_search_bar": self.engine.has_search_bar(),
@@ -248,7 +256,7 @@ class WebShopEnv(Environment):
             "page": self.engine.page_type,
             "step": self.steps,
             "truncated": truncated,
-            "task_id": self.task.get("task_id"),
+            "task_id": self.task_id,
             "goal_asin": self.goal.asin,
             "purchased_asin": self.engine.asin if r is not None else None,
             "reward_info": r.to_dict() if r is not None else None,

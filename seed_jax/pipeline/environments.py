@@ -16,7 +16,14 @@ from pathlib import Path
 from envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
 from envs.base import EnvSpec
 from envs.household import household_scripted_answer, household_spec, household_splits, make_household_env
-from envs.search import SEARCH_SPEC, load_default_tasks, load_tasks, make_search_env
+from envs.search import (
+    SEARCH_SPEC,
+    find_search_r1_file,
+    load_default_tasks,
+    load_tasks,
+    make_search_env,
+    search_r1_files,
+)
 from envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
 from seed_jax.rollout.pool import EnvFactory
 from seed_jax.rollout.trajectory import Trajectory
@@ -51,6 +58,59 @@ class Benchmark:
         return tasks
 
 
+VENDORED_SEARCH_SPLITS = ("train", "hotpotqa")  # the vendored 80/20 HotpotQA sample
+
+
+def search_split_file(env_cfg, split: str) -> str | None:
+    """The data file of a search split: ``env.datasets.<split>``, else the split's file in
+    Search-R1's layout under ``env.data_dir`` (`envs.search.data`); None when neither names an
+    existing file (the vendored sample may then serve, see `missing_search_data`)."""
+    explicit = dict(env_cfg.get("datasets", {}) or {}).get(split)
+    if explicit:
+        return explicit if Path(explicit).is_file() else None
+    data_dir = env_cfg.get("data_dir", "")
+    return find_search_r1_file(data_dir, split) if data_dir else None
+
+
+def _vendored_serves(env_cfg, split: str) -> bool:
+    """The vendored sample serves `split` only with ``env.vendored_data``, for 'train' and
+    'hotpotqa', and only when no file was asked for (neither ``env.datasets.<split>`` nor
+    ``env.data_dir`` set): a file asked for and missing is an error, never a fallback."""
+    asked = bool(dict(env_cfg.get("datasets", {}) or {}).get(split)) or bool(env_cfg.get("data_dir", ""))
+    return bool(env_cfg.get("vendored_data", True)) and split in VENDORED_SEARCH_SPLITS and not asked
+
+
+def search_splits(env_cfg) -> tuple[str, ...]:
+    """The splits a search run reads: 'train' and ``env.eval_splits``."""
+    return ("train", *[s for s in env_cfg.get("eval_splits", ("hotpotqa",)) if s != "train"])
+
+
+def missing_search_data(env_cfg, splits: tuple[str, ...] | None = None) -> str | None:
+    """None when every split of `splits` (default `search_splits`) has its data; else a message
+    naming each missing split with the files looked for, and the layout expected. The
+    vendored sample serves where `_vendored_serves` says so (never in the paper preset)."""
+    missing = [s for s in (search_splits(env_cfg) if splits is None else splits)
+               if search_split_file(env_cfg, s) is None and not _vendored_serves(env_cfg, s)]
+    if not missing:
+        return None
+    data_dir = env_cfg.get("data_dir", "") or "<data_dir>"
+    datasets = dict(env_cfg.get("datasets", {}) or {})
+    lines = []
+    for s in missing:
+        if datasets.get(s):
+            lines.append(f"  {s}: env.datasets.{s} = {datasets[s]} does not exist")
+        else:
+            first, *others = search_r1_files(data_dir, s)
+            lines.append(f"  {s}: {first} (or {', '.join(Path(o).name for o in others)})")
+    return ("no data file for the search split(s) " + ", ".join(missing) + ":\n" + "\n".join(lines) + "\n"
+            "Set env.data_dir to a directory in Search-R1's layout (<data_dir>/nq_hotpotqa_train/train.parquet; "
+            "<data_dir>/<split>/test.parquet, or dev.parquet for hotpotqa, 2wikimultihopqa and musique: parquet "
+            "with the columns question, golden_answers, data_source as Search-R1's data scripts write them, or "
+            "FlashRAG .jsonl), or name a file per split in env.datasets. The vendored HotpotQA sample serves "
+            "only with env.vendored_data=True (the local and tiny presets) and neither env.data_dir nor "
+            "env.datasets set for the split.")
+
+
 def _search(env_cfg) -> Benchmark:
     retriever = {"kind": env_cfg.retriever, "corpus_path": env_cfg.get("corpus") or None,
                  "url": env_cfg.get("retriever_url") or None}
@@ -59,15 +119,13 @@ def _search(env_cfg) -> Benchmark:
     n_eval = env_cfg.get("default_eval_size", 20)
 
     def load(split: str) -> list[dict]:
-        paths = dict(env_cfg.get("datasets", {}) or {})
-        if split in paths:
-            return load_tasks(paths[split])
-        default = load_default_tasks()
-        if split == "train":
-            return default[:-n_eval]
-        if split == "hotpotqa":
-            return default[-n_eval:]
-        raise ValueError(f"search: unknown split {split!r}; set env.datasets.{split} to a data file")
+        path = search_split_file(env_cfg, split)
+        if path is not None:
+            return load_tasks(path)
+        if _vendored_serves(env_cfg, split):
+            default = load_default_tasks()
+            return default[:-n_eval] if split == "train" else default[-n_eval:]
+        raise ValueError(f"search: {missing_search_data(env_cfg, (split,))}")
 
     return Benchmark("search", SEARCH_SPEC, ("</search>", "</answer>"), factory, load, "train",
                      tuple(env_cfg.get("eval_splits", ("hotpotqa",))))
@@ -101,6 +159,12 @@ def _household(env_cfg) -> Benchmark:
 
 BENCHMARKS: dict[str, Callable] = {"search": _search, "alfworld": _alfworld, "webshop": _webshop,
                                    "household": _household}
+
+
+def missing_data(env_cfg) -> str | None:
+    """What a benchmark's data lacks, checked before any model loads (`pipeline.validate`):
+    None when nothing is missing (only the search benchmark checks its files today)."""
+    return missing_search_data(env_cfg) if env_cfg.name == "search" else None
 
 
 def make_benchmark(env_cfg) -> Benchmark:

@@ -2,8 +2,9 @@
 
 Layout of ``workdir``::
 
-    config.json                 the resolved config of the first launch
+    config.json                 the resolved config (compared on every relaunch: `check_relaunch`)
     stages/<stage>.json         written when a stage finishes (its summary); finished stages are skipped
+                                (`stage_plan`), a stage that runs again drops the later stages' markers
     stage1/trajectories.jsonl   base-policy rollouts        (collect)
     stage1/sft.jsonl            accepted skill records       (annotate); stage1/sft_heldout.jsonl
     sft/model/                  HF directory of the SFT policy (sft)
@@ -15,6 +16,7 @@ Layout of ``workdir``::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -24,6 +26,7 @@ import jax
 from seed_jax.metrics import MetricsWriter, SkillLog
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.methods import switches
+from seed_jax.pipeline.validate import STAGES, ConfigValueError
 
 log = logging.getLogger("seed_jax")
 
@@ -48,8 +51,14 @@ class Run:
         return p
 
     def done(self, stage: str) -> dict | None:
+        return stage_marker(self.workdir, stage)
+
+    def clear_done(self, stage: str) -> None:
+        """Drop a stage's marker (its results are stale: an earlier stage runs again)."""
         f = self.workdir / "stages" / f"{stage}.json"
-        return json.loads(f.read_text()) if f.exists() else None
+        if jax.process_index() == 0 and f.exists():
+            log.info("stage %s: marked unfinished (an earlier stage runs again)", stage)
+            f.unlink()
 
     def mark_done(self, stage: str, summary: dict) -> None:
         if jax.process_index() != 0:
@@ -68,3 +77,148 @@ class Run:
 
     def close(self) -> None:
         self.metrics.close()
+
+
+# ------------------------------------------------------------------------------- relaunching
+
+# Keys that change how a run is carried out, not what it computes (up to the summation order of a
+# different mesh): a relaunch may change them freely. Raising ``rl.num_updates`` is allowed too
+# (RL continues from its last checkpoint); every other difference is refused without ``--force``.
+RESULT_NEUTRAL_KEYS = frozenset({
+    "stages", "env.num_workers", "env.step_timeout_s", "eval.checkpoint", "rl.checkpoint_every",
+    "rl.keep_checkpoints", "rl.eval_every", "rl.audit_gates", "stage1.openai_api_key_env", "model.remat",
+    "mesh.data", "mesh.fsdp", "mesh.tensor"})
+
+
+class ConfigChangedError(ConfigValueError):
+    """A relaunch on a run directory whose config.json differs in keys that change results."""
+
+
+def flat_config(config) -> dict[str, object]:
+    """``{"rl.num_updates": 2, ...}``: the dotted keys of a ConfigDict or dict, values as JSON reads them."""
+    tree = config.to_dict() if hasattr(config, "to_dict") else config
+    tree = json.loads(json.dumps(tree, default=str))
+    out: dict[str, object] = {}
+
+    def walk(node, prefix):
+        for k, v in node.items():
+            if isinstance(v, dict) and v:
+                walk(v, f"{prefix}{k}.")
+            else:
+                out[f"{prefix}{k}"] = v
+
+    walk(tree, "")
+    return out
+
+
+def read_config(workdir) -> dict[str, object] | None:
+    """The flattened config.json of a run directory (None: none there yet)."""
+    f = Path(workdir) / "config.json"
+    return flat_config(json.loads(f.read_text())) if f.exists() else None
+
+
+def write_config(config, workdir) -> None:
+    """config.json of the run directory, written atomically (host 0)."""
+    if jax.process_index() != 0:
+        return
+    f = Path(workdir) / "config.json"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps(config.to_dict(), indent=1, default=str))
+    tmp.replace(f)
+
+
+@dataclasses.dataclass(frozen=True)
+class Relaunch:
+    """What a launch finds in its run directory: ``old`` is the flattened config.json (None on a
+    first launch), ``changed`` the keys that differ from it (all accepted), ``forced`` whether
+    ``--force`` accepted differences that change results."""
+
+    old: dict[str, object] | None
+    changed: tuple[str, ...] = ()
+    forced: bool = False
+
+
+def check_relaunch(config, workdir, force: bool = False) -> Relaunch:
+    """Compare ``config`` with the run directory's config.json.
+
+    Raises `ConfigChangedError` listing every differing key that changes results (not in
+    `RESULT_NEUTRAL_KEYS`, and not a raised ``rl.num_updates``), unless ``force``.
+    """
+    old = read_config(workdir)
+    if old is None:
+        return Relaunch(None)
+    new = flat_config(config)
+    missing = object()
+    changed = tuple(sorted(k for k in old.keys() | new.keys() if old.get(k, missing) != new.get(k, missing)))
+
+    def raised(k):
+        return k == "rl.num_updates" and isinstance(old.get(k), int) and new[k] > old[k]
+
+    refused = [k for k in changed if k not in RESULT_NEUTRAL_KEYS and not raised(k)]
+    if refused and not force:
+        show = "; ".join(f"{k}: {_show(old, k)} -> {_show(new, k)}" for k in refused)
+        raise ConfigChangedError(
+            f"{Path(workdir) / 'config.json'} holds another config; these keys change results: {show}. "
+            "Use a new --workdir, or --force to overwrite config.json and continue with the results already "
+            "there")
+    return Relaunch(old, changed, bool(refused))
+
+
+def _show(flat: dict, key: str) -> str:
+    return repr(flat[key]) if key in flat else "(absent)"
+
+
+@dataclasses.dataclass(frozen=True)
+class StagePlan:
+    """What a launch does with one stage: ``run`` (not finished), ``skip`` (finished), ``reopen``
+    (rl finished with fewer updates than ``rl.num_updates``) or ``redo`` (an earlier stage runs again)."""
+
+    stage: str
+    action: str
+    why: str
+
+
+def stage_plan(config, workdir, old: dict[str, object] | None = None) -> list[StagePlan]:
+    """The requested stages (``config.stages``) in order, each with what a launch will do with it.
+
+    ``old``: the flattened config.json before this launch, which says how many RL updates a finished
+    rl stage made when its marker does not (`finished_updates`). Reads only the run directory.
+    """
+    wanted = {s.strip() for s in config.stages.split(",") if s.strip()}
+    plan, dirty = [], False
+    for stage in STAGES:
+        if stage not in wanted:
+            continue
+        prev = stage_marker(workdir, stage)
+        done = finished_updates(prev, old) if stage == "rl" else None
+        if stage == "eval" and config.eval.checkpoint:
+            item = StagePlan(stage, "run", f"eval.checkpoint = {config.eval.checkpoint}")
+        elif prev is None:
+            item = StagePlan(stage, "run", "not finished")
+        elif dirty:
+            item = StagePlan(stage, "redo", "an earlier stage runs again")
+        elif done is not None and done < config.rl.num_updates:
+            item = StagePlan(stage, "reopen", f"rl.num_updates raised {done} -> {config.rl.num_updates}: "
+                                              "continues from its last checkpoint")
+        else:
+            item = StagePlan(stage, "skip", "finished")
+        dirty = dirty or item.action in ("run", "redo", "reopen")
+        plan.append(item)
+    return plan
+
+
+def stage_marker(workdir, stage: str) -> dict | None:
+    f = Path(workdir) / "stages" / f"{stage}.json"
+    return json.loads(f.read_text()) if f.exists() else None
+
+
+def finished_updates(rl_marker: dict | None, old: dict[str, object] | None) -> int | None:
+    """RL updates a finished rl stage made: its marker's ``num_updates``, else the old config's
+    (None: rl unfinished, or the method trains no policy)."""
+    if rl_marker is None or str(rl_marker.get("skipped", "")).startswith("method"):
+        return None
+    if "num_updates" in rl_marker:
+        return int(rl_marker["num_updates"])
+    n = (old or {}).get("rl.num_updates")
+    return int(n) if isinstance(n, int) else None

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
 from seed_jax.losses import ADVANTAGE_ESTIMATORS, PENALTY_MODES
+from seed_jax.pipeline.environments import missing_data
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.runtime import train_config
 
@@ -72,6 +79,9 @@ def validate(config) -> None:
         bad("env.retriever", "must be bm25 | http")
     if config.env.name == "search" and config.env.retriever == "http" and not config.env.retriever_url:
         bad("env.retriever_url", "the http retriever needs a URL")
+    missing = missing_data(config.env)
+    if missing:
+        raise ConfigValueError(f"config.env.data_dir: {missing}")
     for key in ("mesh.fsdp", "mesh.tensor"):
         if _get(config, key) < 1:
             bad(key, "must be >= 1")
@@ -89,3 +99,56 @@ def _get(config, dotted: str):
     for part in dotted.split("."):
         node = node[part]
     return node
+
+
+# ------------------------------------------------------------------ inputs, checked before any work
+
+PATH_KEYS = ("model.path", "model.tokenizer", "eval.checkpoint", "env.data_dir", "env.catalog_path",
+             "env.goals_path", "env.corpus")
+
+
+def check_inputs(config, preset: str | None = None) -> None:
+    """Raise `ConfigValueError` for a missing input: ``model.path`` under the ``paper`` preset (the
+    embedded 135M model is no paper run), or a file or directory the config names that does not exist
+    (`PATH_KEYS` and every ``env.datasets`` entry). Reads nothing but the file system."""
+    if preset == "paper" and not config.model.path:
+        raise ConfigValueError("config.model.path: the paper preset needs a local Hugging Face model directory, "
+                               "e.g. --config.model.path=/models/Qwen2.5-3B-Instruct (got None)")
+    named = [(key, _get_or(config, key)) for key in PATH_KEYS]
+    named += [(f"env.datasets.{split}", path) for split, path in (_get_or(config, "env.datasets") or {}).items()]
+    for key, path in named:
+        if path and not Path(str(path)).expanduser().exists():
+            raise ConfigValueError(f"config.{key}: no such file or directory: {path}")
+
+
+def check_retriever(url: str, timeout: float = 5.0) -> None:
+    """Raise `ConfigValueError` unless an HTTP retriever answers at ``url`` (its ``/retrieve``).
+
+    ``GET <base>/health`` first (what `envs.search.server` offers); a server without it (Search-R1's
+    retrieval server) gets one ``POST /retrieve`` of a single query instead. No proxy, as the env's client.
+    """
+    retrieve = url if url.rstrip("/").endswith("/retrieve") else url.rstrip("/") + "/retrieve"
+    base = retrieve.rstrip("/")[: -len("/retrieve")]
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    body = json.dumps({"queries": ["health check"], "topk": 1}).encode()
+    try:
+        try:
+            with opener.open(f"{base}/health", timeout=timeout):
+                return
+        except urllib.error.HTTPError:  # it answers, but has no /health: ask /retrieve itself
+            req = urllib.request.Request(retrieve, data=body, headers={"Content-Type": "application/json"})
+            with opener.open(req, timeout=timeout):
+                return
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise ConfigValueError(
+            f"config.env.retriever_url: no working retriever at {retrieve} ({reason}); start one with "
+            f"`python -m envs.search.server --port {urllib.parse.urlsplit(retrieve).port or 8000}` "
+            "(BM25 over the vendored corpus, --corpus FILE for yours) or use --config.env.retriever=bm25") from None
+
+
+def _get_or(config, dotted: str, default=None):
+    try:
+        return _get(config, dotted)
+    except (KeyError, AttributeError):
+        return default

@@ -9,6 +9,11 @@ on ``done``, on an env error, or after ``max_steps`` turns.
 Rewards: environments return the step reward *including* the invalid-action penalty; the
 record keeps them apart (``reward`` = env reward + penalty, ``penalty`` = the penalty of docs/METHOD.md §5
 when the response was invalid).
+
+What the loop reads of an env's ``info`` is the contract of `envs.base` (`INFO_KEYS`):
+``valid``, ``action_text`` (recorded as `StepSample.action`), ``won`` and ``raw_observation``
+of every step; the optional ``task_type``, ``data_source`` and ``score`` go to the
+trajectory's ``info``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 from tqdm.auto import tqdm
 
+from envs.actions import THINK_TAGS
 from seed_jax.buckets import BUCKETS
 from seed_jax.metrics import progress_enabled
 from seed_jax.models.tokenizer import apply_chat
@@ -30,7 +36,9 @@ from seed_jax.skills import insert_skill
 @dataclasses.dataclass(frozen=True)
 class RolloutSettings:
     """One `run_rollouts` configuration. ``sampling`` is what every turn's `generate` call
-    decodes with (``sampling.max_new_tokens``: the response budget of one turn)."""
+    decodes with (``sampling.max_new_tokens``: the response budget of one turn). A stop string
+    ends a response only outside the thinking delimited by ``think_tags`` (the action parser's
+    rule, `envs.actions.find_stop`; None: anywhere)."""
 
     group_size: int = 8
     max_steps: int = 30
@@ -39,6 +47,7 @@ class RolloutSettings:
     invalid_penalty: float = 0.1
     success_threshold: float = 10.0
     stop_strings: tuple[str, ...] = ("</action>",)
+    think_tags: tuple[str, str] | None = THINK_TAGS
     prompt_buckets: tuple[int, ...] = BUCKETS
 
     def __post_init__(self):
@@ -100,7 +109,8 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
     while live and turn < settings.max_steps:
         ids = {s: encode_prompt(prompt[s])[-settings.max_prompt_tokens:] for s in live}
         gen = generate(model, tokenizer, [ids[s] for s in live], params=params, seed=seed + turn,
-                       stop_strings=settings.stop_strings, prompt_buckets=settings.prompt_buckets,
+                       stop_strings=settings.stop_strings, think_tags=settings.think_tags,
+                       prompt_buckets=settings.prompt_buckets,
                        **dataclasses.asdict(settings.sampling))
         results = backend.step({s: gen.texts[i] for i, s in enumerate(live)})
         still = []
@@ -113,16 +123,16 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
                 finished += 1
                 bar.update(1)
                 continue
-            valid = bool(res.info.get("valid", True))
+            valid = bool(res.info["valid"])
             penalty = 0.0 if valid else settings.invalid_penalty
             t.steps.append(StepSample(
                 prompt_ids=ids[s], response_ids=gen.token_ids[i], response_logprobs=gen.logprobs[i],
                 response_text=gen.texts[i], prompt_text=prompt[s], raw_observation=last_obs[s],
                 valid=valid, reward=float(res.reward) + penalty, penalty=penalty,
-                action=str(res.info.get("action_text", ""))))
+                action=str(res.info["action_text"])))
             last_obs[s] = res.info.get("raw_observation", res.observation)
             if res.done or turn + 1 >= settings.max_steps:
-                t.won = bool(res.info.get("won", False))
+                t.won = bool(res.info["won"])
                 t.episode_reward = float(sum(st.reward for st in t.steps))
                 t.final_observation = last_obs[s]
                 for key in ("score", "task_type"):
