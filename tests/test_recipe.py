@@ -156,9 +156,9 @@ def test_webshop_evaluates_128_test_goals():
     assert len(bench.tasks("test", limit=c.eval.num_tasks, seed=c.seed)) == WEBSHOP_EVAL_GOALS
 
 
-@pytest.mark.xfail(reason="the search paper preset names its seven QA evaluation sets on the envs12 branch "
-                          "(issue 12 item 6), not merged yet", strict=True)
-def test_search_evaluates_seven_qa_sets_each_whole():
+def test_search_trains_on_search_r1_data_and_evaluates_seven_qa_sets_each_whole():
     c = paper("search")
-    assert set(c.env.eval_splits) == SEARCH_EVAL_SETS and len(c.env.eval_splits) == 7
+    bench = make_benchmark(c.env)
+    assert set(bench.eval_splits) == SEARCH_EVAL_SETS and len(bench.eval_splits) == 7
     assert c.eval.num_tasks == 0
+    assert not c.env.vendored_data  # never the vendored HotpotQA sample
