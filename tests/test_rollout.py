@@ -63,6 +63,9 @@ ENVS = {"search": _search, "alfworld": _alfworld, "webshop": _webshop}
 
 @pytest.mark.parametrize("name", sorted(ENVS))
 def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
+    """References: the prompt ids against SmolLM2's chat layout written out (`chatml`), left-cut
+    to the cap; rows against the trajectories' own token ids; advantages against the rule for a
+    group of equal outcomes (only the step's penalty), which is all a random policy reaches."""
     factory, tasks, spec, stops = ENVS[name]()
     settings = RolloutSettings(group_size=2, max_steps=2, max_prompt_tokens=1024,
                                sampling=SamplingParams(max_new_tokens=12), invalid_penalty=spec.invalid_penalty, success_threshold=spec.success_threshold,
