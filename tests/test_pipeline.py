@@ -148,10 +148,6 @@ def test_unknown_and_mistyped_override_keys_are_rejected():
 def test_every_preset_of_every_config_validates():
     for env in ("search", "alfworld", "webshop"):
         for preset in ("local", "paper", "tiny"):
-            if (env, preset) == ("search", "paper"):  # needs Search-R1's files (tests/test_search_env.py)
-                with pytest.raises(ConfigValueError, match=r"env\.data_dir"):
-                    validate(_config(env, preset))
-                continue
             validate(_config(env, preset))
     with pytest.raises(ValueError, match="unknown preset"):
         _config("search", "huge")

@@ -479,34 +479,32 @@ def _search_config(preset: str, data_dir: str = ""):
 
 
 def test_paper_preset_without_its_data_is_refused_naming_every_missing_file(tmp_path):
-    from seed_jax.pipeline.validate import ConfigValueError, validate
+    from seed_jax.pipeline.validate import ConfigValueError, check_inputs, validate
 
     c = _search_config("paper", str(tmp_path))
     assert tuple(c.env.eval_splits) == PAPER_EVAL_SPLITS and not c.env.vendored_data
-    with pytest.raises(ConfigValueError, match=r"config\.env\.data_dir") as err:
-        validate(c)
+    validate(c)  # the values are possible; the inputs are missing
+    with pytest.raises(ConfigValueError, match=r"^config\.env\.data_dir: ") as err:
+        check_inputs(c)
     msg = str(err.value)
+    assert "\n" not in msg
     assert os.path.join(str(tmp_path), "nq_hotpotqa_train", "train.parquet") in msg
     for split in PAPER_EVAL_SPLITS:
-        assert os.path.join(str(tmp_path), split, "test.parquet") in msg and f"  {split}: " in msg
+        assert f"{split}: " + os.path.join(str(tmp_path), split, "test.parquet") in msg
     # without a data_dir the message still shows the layout
     with pytest.raises(ConfigValueError, match=r"<data_dir>/nq/test\.parquet"):
-        validate(_search_config("paper"))
-    # an explicit file per split that does not exist is named as such
-    c = _search_config("paper", str(tmp_path))
-    c.env.datasets = {"nq": str(tmp_path / "nope.parquet")}
-    with pytest.raises(ConfigValueError, match=r"env\.datasets\.nq = .*nope\.parquet does not exist"):
-        validate(c)
+        check_inputs(_search_config("paper"))
 
 
 def test_local_and_tiny_presets_keep_the_vendored_sample():
     from seed_jax.pipeline.environments import make_benchmark
-    from seed_jax.pipeline.validate import validate
+    from seed_jax.pipeline.validate import check_inputs, validate
 
     vendored = load_default_tasks()
     for preset in ("local", "tiny"):
         c = _search_config(preset)
         validate(c)
+        check_inputs(c)
         bench = make_benchmark(c.env)
         assert bench.eval_splits == ("hotpotqa",)
         assert bench.tasks("train") == vendored[:80] and bench.tasks("hotpotqa") == vendored[80:]
@@ -516,18 +514,20 @@ def test_local_and_tiny_presets_keep_the_vendored_sample():
 
 
 def test_a_data_file_asked_for_and_missing_never_falls_back_to_the_vendored_sample(tmp_path):
-    from seed_jax.pipeline.environments import make_benchmark
-    from seed_jax.pipeline.validate import ConfigValueError, validate
+    from seed_jax.pipeline.environments import make_benchmark, missing_search_data
+    from seed_jax.pipeline.validate import ConfigValueError, check_inputs
 
     c = _search_config("local", str(tmp_path))  # a data_dir without the files
     with pytest.raises(ConfigValueError, match=r"split\(s\) train, hotpotqa:"):
-        validate(c)
+        check_inputs(c)
     with pytest.raises(ValueError, match=r"hotpotqa/test\.parquet"):
         make_benchmark(c.env).tasks("hotpotqa")
+    # a file named for a split that does not exist: named as such, no fallback either
     c = _search_config("local")
     c.env.datasets = {"train": str(tmp_path / "train.parquet")}
-    with pytest.raises(ConfigValueError, match=r"split\(s\) train:"):
-        validate(c)
+    assert missing_search_data(c.env).startswith("no data file for the search split(s) train: train: env.datasets.train")
+    with pytest.raises(ConfigValueError, match=r"env\.datasets\.train.*train\.parquet"):
+        check_inputs(c)
 
 
 def _write_layout(root) -> dict[str, list[str]]:
@@ -562,11 +562,12 @@ def _write_layout(root) -> dict[str, list[str]]:
 
 def test_paper_preset_loads_the_seven_eval_splits_and_train_from_the_layout(tmp_path):
     from seed_jax.pipeline.environments import make_benchmark
-    from seed_jax.pipeline.validate import ConfigValueError, validate
+    from seed_jax.pipeline.validate import ConfigValueError, check_inputs, validate
 
     questions = _write_layout(tmp_path)
     c = _search_config("paper", str(tmp_path))
     validate(c)
+    check_inputs(c)
     bench = make_benchmark(c.env)
     assert bench.train_split == "train" and bench.eval_splits == PAPER_EVAL_SPLITS
     for split in ("train", *PAPER_EVAL_SPLITS):
@@ -577,16 +578,17 @@ def test_paper_preset_loads_the_seven_eval_splits_and_train_from_the_layout(tmp_
     # one file gone: only that split is named
     os.remove(tmp_path / "musique" / "dev.parquet")
     with pytest.raises(ConfigValueError) as err:
-        validate(c)
-    assert "split(s) musique:" in str(err.value) and "  nq: " not in str(err.value)
+        check_inputs(c)
+    assert "split(s) musique: musique: " in str(err.value) and "nq/test.parquet" not in str(err.value)
 
 
 def test_launch_refuses_the_paper_preset_without_data_with_exit_status_2(tmp_path):
     workdir = tmp_path / "run"
     cmd = [sys.executable, "-m", "seed_jax.launch", "--config=configs/search.py:paper",
-           f"--config.env.data_dir={tmp_path}", f"--workdir={workdir}"]
+           f"--config.model.path={tmp_path}", f"--config.env.data_dir={tmp_path}", f"--workdir={workdir}"]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": REPO})
     assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().startswith("error: config.env.data_dir: ") and "\n" not in r.stderr.strip()
     assert os.path.join(str(tmp_path), "bamboogle", "test.parquet") in r.stderr
-    assert "Traceback" not in r.stderr and not workdir.exists()
+    assert not workdir.exists()

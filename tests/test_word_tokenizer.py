@@ -84,7 +84,7 @@ def test_cut_analyzer_prompts_round_trip(tok):
         steps.append(StepSample([], [], [], response, "", shown, info["valid"], 0.0, action=info["action_text"]))
     traj = Trajectory(task["task_id"], 0, "t", task["task_description"], steps, 0.0, False, final_observation=obs)
     notes = ("[observation omitted to save space]", "[... earlier part of the response omitted to save space]",
-             "[steps 1-")
+             "omitted to save space]\n\n### Step 4")  # the middle steps went, the last one stayed
     cut = [build_analyzer_prompt(traj, max_chars=n) for n in (3000, 2000, 1500, 10)]
     for note in notes:
         assert any(note in text for text in cut), note

@@ -29,7 +29,8 @@ RECORDED_EXTRA_WORDS = ("EpisodeRecord", "WorldState")
 
 
 def _string_literals(module) -> list[str]:
-    """String constants of `module`'s source, docstrings and annotations left out."""
+    """String constants of `module`'s source, docstrings, annotations and the names of the info
+    contract's keys (`envs.base.INFO_KEYS`, `OPTIONAL_INFO_KEYS`: dict keys, never shown) left out."""
     tree = ast.parse(inspect.getsource(module))
     skipped = set()
     for node in ast.walk(tree):
@@ -47,8 +48,9 @@ def _string_literals(module) -> list[str]:
         for ann in annotations:
             if ann is not None:
                 skipped.update(id(n) for n in ast.walk(ann))
-    return [n.value for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skipped]
+    contract = set(base.INFO_KEYS) | set(base.OPTIONAL_INFO_KEYS)
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in skipped and not (module is base and n.value in contract)]
 
 
 @functools.lru_cache(maxsize=1)

@@ -22,14 +22,14 @@ _LONG_RESPONSE = " ".join(["x"] * 250)
 
 
 def analyzer_prompt_texts() -> list[str]:
-    """x_tau of a won and a lost two-step trajectory, without a budget and cut to 10 characters:
+    """x_tau of a won and a lost three-step trajectory, without a budget and cut to 10 characters:
     the cut one holds every omission note of `build_analyzer_prompt` (observation, response,
-    dropped steps)."""
+    dropped steps: the middle one)."""
     texts = []
     for won in (True, False):
         step = StepSample(prompt_ids=[], response_ids=[], response_logprobs=[], response_text=_LONG_RESPONSE,
                           prompt_text="", raw_observation="x", valid=won, reward=0.0)
-        traj = Trajectory(task_id="t", group_id=0, traj_id="t", task_description="x", steps=[step, step],
+        traj = Trajectory(task_id="t", group_id=0, traj_id="t", task_description="x", steps=[step, step, step],
                           episode_reward=10.0 * won, won=won, final_observation="x")
         texts += [build_analyzer_prompt(traj, max_chars=None), build_analyzer_prompt(traj, max_chars=10)]
     return texts

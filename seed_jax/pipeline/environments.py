@@ -95,14 +95,14 @@ def missing_search_data(env_cfg, splits: tuple[str, ...] | None = None) -> str |
         return None
     data_dir = env_cfg.get("data_dir", "") or "<data_dir>"
     datasets = dict(env_cfg.get("datasets", {}) or {})
-    lines = []
+    looked = []
     for s in missing:
         if datasets.get(s):
-            lines.append(f"  {s}: env.datasets.{s} = {datasets[s]} does not exist")
+            looked.append(f"{s}: env.datasets.{s} = {datasets[s]} does not exist")
         else:
             first, *others = search_r1_files(data_dir, s)
-            lines.append(f"  {s}: {first} (or {', '.join(Path(o).name for o in others)})")
-    return ("no data file for the search split(s) " + ", ".join(missing) + ":\n" + "\n".join(lines) + "\n"
+            looked.append(f"{s}: {first} (or {', '.join(Path(o).name for o in others)})")
+    return (f"no data file for the search split(s) {', '.join(missing)}: {'; '.join(looked)}. "
             "Set env.data_dir to a directory in Search-R1's layout (<data_dir>/nq_hotpotqa_train/train.parquet; "
             "<data_dir>/<split>/test.parquet, or dev.parquet for hotpotqa, 2wikimultihopqa and musique: parquet "
             "with the columns question, golden_answers, data_source as Search-R1's data scripts write them, or "
@@ -162,7 +162,8 @@ BENCHMARKS: dict[str, Callable] = {"search": _search, "alfworld": _alfworld, "we
 
 
 def missing_data(env_cfg) -> str | None:
-    """What a benchmark's data lacks, checked before any model loads (`pipeline.validate`):
+    """What a benchmark's data lacks (one line), checked before any model loads
+    (`seed_jax.pipeline.validate.check_inputs`):
     None when nothing is missing (only the search benchmark checks its files today)."""
     return missing_search_data(env_cfg) if env_cfg.name == "search" else None
 

@@ -79,9 +79,6 @@ def validate(config) -> None:
         bad("env.retriever", "must be bm25 | http")
     if config.env.name == "search" and config.env.retriever == "http" and not config.env.retriever_url:
         bad("env.retriever_url", "the http retriever needs a URL")
-    missing = missing_data(config.env)
-    if missing:
-        raise ConfigValueError(f"config.env.data_dir: {missing}")
     for key in ("mesh.fsdp", "mesh.tensor"):
         if _get(config, key) < 1:
             bad(key, "must be >= 1")
@@ -110,7 +107,9 @@ PATH_KEYS = ("model.path", "model.tokenizer", "eval.checkpoint", "env.data_dir",
 def check_inputs(config, preset: str | None = None) -> None:
     """Raise `ConfigValueError` for a missing input: ``model.path`` under the ``paper`` preset (the
     embedded 135M model is no paper run), or a file or directory the config names that does not exist
-    (`PATH_KEYS` and every ``env.datasets`` entry). Reads nothing but the file system."""
+    (`PATH_KEYS` and every ``env.datasets`` entry), or a data file the benchmark needs
+    (`seed_jax.pipeline.environments.missing_data`: the search paper preset's Search-R1 files). Reads
+    nothing but the file system."""
     if preset == "paper" and not config.model.path:
         raise ConfigValueError("config.model.path: the paper preset needs a local Hugging Face model directory, "
                                "e.g. --config.model.path=/models/Qwen2.5-3B-Instruct (got None)")
@@ -119,6 +118,9 @@ def check_inputs(config, preset: str | None = None) -> None:
     for key, path in named:
         if path and not Path(str(path)).expanduser().exists():
             raise ConfigValueError(f"config.{key}: no such file or directory: {path}")
+    missing = missing_data(config.env)
+    if missing:
+        raise ConfigValueError(f"config.env.data_dir: {missing}")
 
 
 def check_retriever(url: str, timeout: float = 5.0) -> None:
