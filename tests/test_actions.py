@@ -6,7 +6,7 @@ Two independent references are used:
   accepted / unaccepted kinds, closed or not, filler text), and the expected classification
   is read off the parts themselves, without parsing any text;
 * a *scanner oracle* for arbitrary text: a hand-written `str.find` scanner (no regex) that
-  implements the documented rules.
+  implements the documented rules; the text is drawn so that its CJK characters are known.
 
 The CJK primitive `contains_cjk` is checked on its own against Unicode character names. The
 sampler's stop rule `find_stop` is held to the same thinking rule as the parser: the shortest
@@ -19,7 +19,7 @@ import dataclasses
 import sys
 import unicodedata
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from envs.actions import ParsedAction, contains_cjk, find_stop, parse_action, think_spans
@@ -235,7 +235,7 @@ def scanner_oracle(response: str, kinds, lowercase: bool) -> ParsedAction:
     blocks = _closed_blocks(body, kind)
     if not blocks:
         return ParsedAction("", "", False, "unclosed")
-    if contains_cjk(response):
+    if any(ch in CJK_CHARS for ch in response):  # CJK by construction of the generated text
         return ParsedAction("", "", False, "cjk")
     text = blocks[0].strip()
     if not text:
@@ -247,14 +247,33 @@ _TAGS = [
     "<think>", "</think>", "<action>", "</action>", "<search>", "</search>", "<answer>",
     "</answer>", "<action", "action>", "</", "<", ">", "<ACTION>", "<tool>", "</tool>",
 ]
+# One character of each documented CJK block family (Han, extension B, hiragana, katakana,
+# Hangul syllables and compatibility jamo, CJK punctuation and the ideographic space, full-width
+# forms); every other character of the generated text lies below U+1100, where no CJK block
+# starts, so whether a response holds CJK is known from how it was built.
+CJK_CHARS = "桌子\U00020000ひカ한ㄱ。\u3000Ａ"
+_BELOW_CJK = st.text(alphabet=st.characters(max_codepoint=0x10FF, blacklist_categories=("Cs",)), max_size=6)
 _ARBITRARY = st.lists(
-    st.one_of(st.text(max_size=6), st.sampled_from(_TAGS), _PLAIN), max_size=14
+    st.one_of(_BELOW_CJK, st.sampled_from(_TAGS), _PLAIN, st.sampled_from(list(CJK_CHARS))), max_size=14
 ).map("".join)
+
+
+def _each_cjk_char(test):
+    """Explicit examples: every character of `CJK_CHARS` in a well-formed response, in the
+    action text and in the thinking (random text seldom builds a valid block around one)."""
+    for ch in CJK_CHARS:
+        test = example(response=f"<action>go to {ch} 1</action>", kinds=("action",), lowercase=False)(test)
+        test = example(response=f"<think>{ch}</think><answer>Paris</answer>", kinds=("search", "answer"),
+                       lowercase=True)(test)
+    return test
 
 
 @settings(max_examples=400, deadline=None)
 @given(response=_ARBITRARY, kinds=st.sampled_from(KIND_SETS), lowercase=st.booleans())
+@_each_cjk_char
 def test_parse_action_matches_scanner_oracle(response, kinds, lowercase):
+    """Reference: `scanner_oracle`, which knows the CJK characters of the text from how the text
+    was generated (it does not call `contains_cjk`, the parser's own primitive)."""
     got = parse_action(response, kinds, lowercase=lowercase)
     assert got == scanner_oracle(response, kinds, lowercase), repr(response)
 
@@ -262,11 +281,15 @@ def test_parse_action_matches_scanner_oracle(response, kinds, lowercase):
 @settings(max_examples=300, deadline=None)
 @given(response=st.text(), kinds=st.sampled_from(KIND_SETS))
 def test_parse_action_never_raises_and_is_consistent(response, kinds):
+    """Any text: the result has the documented shape, and a valid response holds no character
+    whose Unicode name marks it as CJK (a reference independent of `contains_cjk`)."""
     got = parse_action(response, kinds)
     assert isinstance(got, ParsedAction)
     if got.valid:
         assert got.kind in kinds and got.text and got.text == got.text.strip() and not got.reason
-        assert not contains_cjk(response)
+        # no character named as CJK (an independent, name-based test of the CJK rule)
+        assert not any(unicodedata.name(ch, "").startswith(_CJK_NAME_PREFIXES)
+                       and not unicodedata.name(ch).startswith("IDEOGRAPHIC TALLY MARK") for ch in response)
     else:
         assert got.kind == "" and got.text == "" and got.reason in REASONS
 

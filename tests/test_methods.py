@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import shutil
 from pathlib import Path
 
 import jax
@@ -240,13 +239,10 @@ def answering_dir(tmp_path_factory):
     return save_policy(answering_policy(tok), tok, tmp_path_factory.mktemp("answering") / "model")
 
 
-@pytest.fixture(scope="module")
-def alfworld_stage1(tmp_path_factory):
-    """ALFWorld tiny collect + annotate, then the stage-1 bank replaced by one successful skill
-    per task type (the first record's type, look, is no eval task's type here)."""
-    workdir = tmp_path_factory.mktemp("alfworld_stage1")
-    config = _config("alfworld", "skill_grpo")
-    out = run_pipeline(config, workdir, stages="collect,annotate")
+def _write_type_bank(config, workdir) -> dict[str, str]:
+    """Replace the collected stage-1 bank by one successful skill per task type (on the first
+    training task of that type); the first record's type, look, is no eval task's type here.
+    Returns task_type -> skill."""
     bench = make_benchmark(config.env)
     first = {}
     for t in bench.tasks(bench.train_split):
@@ -256,29 +252,28 @@ def alfworld_stage1(tmp_path_factory):
     eval_types = {t["task_type"] for s in bench.eval_splits
                   for t in bench.tasks(s, limit=config.eval.num_tasks, seed=config.seed)}
     assert "look" not in eval_types and len(eval_types) > 1  # the first skill is wrong for every eval task
-    return workdir, out, {k: _type_skill(k) for k in first}
+    return {k: _type_skill(k) for k in first}
 
 
 @pytest.fixture(scope="module")
-def run_method(tmp_path_factory, answering_dir, alfworld_stage1):
+def run_method(tmp_path_factory, answering_dir):
     cache: dict[str, MethodRun] = {}
 
     def get(method: str) -> MethodRun:
         if method not in cache:
-            cache[method] = _run(method, tmp_path_factory.mktemp(method), answering_dir, alfworld_stage1)
+            cache[method] = _run(method, tmp_path_factory.mktemp(method), answering_dir)
         return cache[method]
 
     return get
 
 
-def _run(method, workdir, answering_dir, alfworld_stage1) -> MethodRun:
+def _run(method, workdir, answering_dir) -> MethodRun:
+    """The method's run; the bank is written between the annotate stage and the rest."""
     records = []
     if method in ALFWORLD_METHODS:
-        base, _, bank = alfworld_stage1
-        shutil.rmtree(workdir)
-        shutil.copytree(base, workdir)
-        (workdir / "config.json").unlink()
         config = _config("alfworld", method)
+        run_pipeline(_config("alfworld", method), workdir, stages="collect,annotate")
+        bank = _write_type_bank(config, workdir)
         out = run_pipeline(config, workdir, stages="collect,annotate,sft,rl,eval", rl_callbacks=[records.append])
         return MethodRun(method, config, workdir, out, records, bank)
     keys = {"model__path": str(answering_dir), "model__random_init": False}

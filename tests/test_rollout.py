@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import numpy as np
 import pytest
@@ -12,9 +14,19 @@ from seed_jax.rollout.analyzer import analyze_trajectories
 from seed_jax.rollout.batch import BatchSettings, build_batch
 from seed_jax.rollout.loop import RolloutSettings, make_prompt_encoder, run_rollouts
 from seed_jax.rollout.pool import EnvFactory, open_env_pool
+from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.sampling import SamplingParams
 from seed_jax.skills import insert_skill
 from tests.conftest import SHARED_DATA
+
+SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+def chatml(user_text: str) -> str:
+    """SmolLM2-Instruct's chat layout for one user message with its default system line, ready
+    for generation (written out; the library applies the tokenizer's template)."""
+    return (f"<|im_start|>system\n{SMOLLM2_SYSTEM}<|im_end|>\n<|im_start|>user\n{user_text}<|im_end|>\n"
+            "<|im_start|>assistant\n")
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +63,9 @@ ENVS = {"search": _search, "alfworld": _alfworld, "webshop": _webshop}
 
 @pytest.mark.parametrize("name", sorted(ENVS))
 def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
+    """References: the prompt ids against SmolLM2's chat layout written out (`chatml`), left-cut
+    to the cap; rows against the trajectories' own token ids; advantages against the rule for a
+    group of equal outcomes (only the step's penalty), which is all a random policy reaches."""
     factory, tasks, spec, stops = ENVS[name]()
     settings = RolloutSettings(group_size=2, max_steps=2, max_prompt_tokens=1024,
                                sampling=SamplingParams(max_new_tokens=12), invalid_penalty=spec.invalid_penalty, success_threshold=spec.success_threshold,
@@ -66,7 +81,8 @@ def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
         assert not t.env_error and 1 <= len(t.steps) <= 2
         assert t.task_description
         for s in t.steps:
-            assert s.prompt_ids == encode(s.prompt_text)[-1024:]
+            # reference: SmolLM2's chat layout written out, tokenized by the tokenizer alone
+            assert s.prompt_ids == smol_tokenizer(chatml(s.prompt_text), add_special_tokens=False)["input_ids"][-1024:]
             assert 1 <= len(s.response_ids) <= 12 and len(s.response_logprobs) == len(s.response_ids)
             assert s.penalty == (0.0 if s.valid else spec.invalid_penalty)
         assert t.episode_reward == pytest.approx(sum(s.reward for s in t.steps))
@@ -121,20 +137,56 @@ def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
     np.testing.assert_array_equal(g.response_mask[:n_steps, :R], a["response_mask"])
     assert g.student_mask[n_steps:].sum() == 0 and g.response_mask[n_steps:].sum() == 0
     assert g.response_mask[:, R:].sum() == 0 and g.old_logp[:n_steps, :R].tolist() == old.tolist()
-    # advantages: independent mean/std over each group's episode rewards, minus the step penalty
+    # advantages: a random policy never wins, so every group's outcomes are equal and only the
+    # step's penalty is left, on every response token (both branches by hand: the test below)
     for i, row in enumerate(batch.rows):
         t = by_id[row.traj_id]
-        group = np.array([u.episode_reward for u in trajs if u.group_id == t.group_id])
-        std = group.std(ddof=1)
-        base = 0.0 if std == 0 else (t.episode_reward - group.mean()) / (std + 1e-6)
-        want = base - t.steps[row.step_index].penalty
-        np.testing.assert_allclose(a["advantages"][i, :len(t.steps[row.step_index].response_ids)], want, rtol=1e-5,
-                                   atol=1e-6)
+        assert len({u.episode_reward for u in trajs if u.group_id == t.group_id}) == 1
+        step = t.steps[row.step_index]
+        np.testing.assert_allclose(a["advantages"][i, :len(step.response_ids)], -step.penalty, atol=1e-6)
+
+
+def _hand_traj(tid, group, reward, penalties):
+    """A trajectory of task ``group`` with one step per penalty (2 response tokens each)."""
+    steps = [StepSample([5, 6], [7, 8], [-1.0, -1.0], "x", "Your task is to: t", "obs", p == 0, 0.0, p)
+             for p in penalties]
+    return Trajectory(f"task{group}", group, tid, "t", steps, reward, reward >= 10)
+
+
+# The group's outcome rewards R, their mean and unbiased standard deviation, eps = 1e-6:
+# group 0: R = 10, 0, 0, 10 -> mean 5, std sqrt(100 / 3), (R - mean) / (std + eps) = +-Z
+# group 1: R = 3, 3 (equal outcomes) -> 0; group 2: one trajectory -> 0.
+Z = 5.0 / (math.sqrt(100.0 / 3.0) + 1e-6)  # 0.8660253...
+HAND_TRAJS = [
+    _hand_traj("a", 0, 10.0, [0.0]), _hand_traj("b", 0, 0.0, [0.1, 0.0]), _hand_traj("c", 0, 0.0, [0.0]),
+    _hand_traj("d", 0, 10.0, [0.0, 0.1]), _hand_traj("e", 1, 3.0, [0.0]), _hand_traj("f", 1, 3.0, [0.1, 0.0]),
+    _hand_traj("g", 2, 7.0, [0.1]),
+]
+# (traj, step) -> advantage; "after_norm": A = (R - mean) / (std + eps) - p
+AFTER_NORM = {("a", 0): Z, ("b", 0): -Z - 0.1, ("b", 1): -Z, ("c", 0): -Z, ("d", 0): Z, ("d", 1): Z - 0.1,
+              ("e", 0): 0.0, ("f", 0): -0.1, ("f", 1): 0.0, ("g", 0): -0.1}
+# "in_score": A = (R - p - mean) / (std + eps): a penalty in a group of equal outcomes is / eps;
+# a group of one has no standard deviation and gets 0
+IN_SCORE = {("a", 0): Z, ("b", 0): (-5.1) / (math.sqrt(100.0 / 3.0) + 1e-6), ("b", 1): -Z, ("c", 0): -Z,
+            ("d", 0): Z, ("d", 1): 4.9 / (math.sqrt(100.0 / 3.0) + 1e-6), ("e", 0): 0.0, ("f", 0): -0.1 / 1e-6,
+            ("f", 1): 0.0, ("g", 0): 0.0}  # a group of one: no statistics, 0
+
+
+@pytest.mark.parametrize("penalty_mode,want", [("after_norm", AFTER_NORM), ("in_score", IN_SCORE)])
+def test_batch_advantages_by_hand(penalty_mode, want, smol_tokenizer):
+    """Reference: hand-computed group advantages (docs/METHOD.md §3.3) for groups with different
+    outcomes (std > 0), equal outcomes (std = 0) and a single trajectory, steps with and without
+    the invalid-action penalty; each row's value on its response tokens, 0 on padding."""
+    batch = build_batch(HAND_TRAJS, {}, make_prompt_encoder(smol_tokenizer),
+                        BatchSettings(64, 8, penalty_mode=penalty_mode), pad_id=0, with_teacher=False)
+    got = {(r.traj_id, r.step_index): batch.advantages[i] for i, r in enumerate(batch.rows)}
+    assert set(got) == set(want)
+    for key, row in got.items():
+        np.testing.assert_allclose(row[:2], want[key], rtol=1e-5, err_msg=str(key))
+        assert not np.any(row[2:]), key
 
 
 def test_env_error_trajectories_are_excluded_from_the_batch(tiny_policy, smol_tokenizer):
-    from seed_jax.rollout.trajectory import StepSample, Trajectory
-
     def traj(tid, g, err, r):
         s = StepSample([5, 6], [7, 8], [-1.0, -1.0], "x", "Your task is to: t", "obs", True, r)
         return Trajectory(tid, g, tid, "t", [s], r, r > 0, env_error=err)

@@ -98,10 +98,32 @@ def test_rules_and_divisibility_fallback():
         make_mesh(data=3)
 
 
-def test_no_distributed_init_without_env(monkeypatch):
-    for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_COUNT"):
+# environment -> the keyword arguments of jax.distributed.initialize (None: no call), written
+# out from the documented rule: a coordinator address, or more than one process, starts it
+DISTRIBUTED_ENV = [
+    ({}, None),
+    ({"JAX_NUM_PROCESSES": "1"}, None),
+    ({"JAX_PROCESS_ID": "0"}, None),
+    ({"JAX_NUM_PROCESSES": "4"}, {"num_processes": 4}),
+    ({"JAX_PROCESS_COUNT": "2", "JAX_PROCESS_ID": "1"}, {"num_processes": 2, "process_id": 1}),
+    ({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"}, {"coordinator_address": "10.0.0.1:1234"}),
+    ({"JAX_COORDINATOR_ADDRESS": "h:1", "JAX_NUM_PROCESSES": "8", "JAX_PROCESS_ID": "3"},
+     {"coordinator_address": "h:1", "num_processes": 8, "process_id": 3}),
+]
+
+
+@pytest.mark.parametrize("env,call", DISTRIBUTED_ENV)
+def test_distributed_init_follows_the_environment(env, call, monkeypatch):
+    """Reference: the table above. `jax.distributed.initialize` is replaced by a recorder (it
+    would start a real multi-process runtime)."""
+    for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_COUNT", "JAX_PROCESS_ID"):
         monkeypatch.delenv(k, raising=False)
-    assert maybe_initialize_distributed() is False
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
+    assert maybe_initialize_distributed() is (call is not None)
+    assert calls == ([] if call is None else [call])
 
 
 if __name__ == "__main__":

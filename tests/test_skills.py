@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from seed_jax.rollout.trajectory import StepSample, Trajectory
@@ -117,28 +117,74 @@ _PROSE = st.text(alphabet=st.characters(blacklist_characters="{}`"), max_size=30
 _FIELD = st.text(max_size=40)
 
 
+def strict_json_skills(text: str) -> list[tuple[int, str, str]]:
+    """Independent reference: ``(position, summary, skill)``, fields stripped, of every object that
+    Python's own `json` reads starting at a '{' of ``text`` (nested ones included) with string
+    fields ``episode_summary`` and ``episode_skill`` and a skill of at least five words."""
+    decoder, out = json.JSONDecoder(), []
+    for i, ch in enumerate(text):
+        if ch != "{":
+            continue
+        try:
+            obj, _ = decoder.raw_decode(text, i)
+        except (ValueError, RecursionError):
+            continue
+        summary, skill = obj.get("episode_summary"), obj.get("episode_skill")
+        if isinstance(summary, str) and isinstance(skill, str) and len(skill.split()) >= 5:
+            out.append((i, summary.strip(), skill.strip()))
+    return out
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=300))
-def test_parse_skill_never_raises(text):
-    got = parse_skill(text)
-    assert isinstance(got, SkillParse) and isinstance(got.reason, str)
-    assert got.ok == (got.reason == "")
+def test_parse_skill_without_a_brace_finds_no_object(text):
+    """Reference: the format itself. An answer is a JSON object, so text without '{' holds none
+    (not even after lenient repairs): the result is exactly 'no JSON object'."""
+    text = text.replace("{", "(")
+    assert parse_skill(text) == SkillParse("", "", False, "no JSON object")
 
 
+# fragments of JSON-like text
 _JSONISH = st.lists(
     st.one_of(st.sampled_from(['{', '}', '"', "'", ",", ":", "[", "]", "```json\n", "```",
                                '"episode_skill"', '"episode_summary"', "\\", "\u201c", "\u201d",
                                "true", "1e400", "-"]), st.text(max_size=5)),
     max_size=30,
-).map("".join)
+)
+_WORDS = st.lists(st.sampled_from(["open", "the", "drawer", "then", "look", "on", "desk", "first"]),
+                  max_size=8).map(" ".join)
+
+
+@st.composite
+def _json_object(draw) -> str:
+    """An object written by json.dumps: the two fields (a skill of up to eight words, or not a
+    string), other keys, sometimes nested in another object, sometimes cut short."""
+    fields = {"episode_summary": draw(st.one_of(_WORDS, st.integers(0, 9))),
+              "episode_skill": draw(st.one_of(_WORDS, _WORDS, st.none()))}
+    extra = draw(st.dictionaries(st.sampled_from(["note", "tags"]),
+                                 st.one_of(_WORDS, st.lists(st.integers(0, 3))), max_size=2))
+    obj = {"wrapper": fields, **extra} if draw(st.booleans()) else {**extra, **fields}
+    text = json.dumps(obj)
+    cut = draw(st.one_of(st.none(), st.none(), st.integers(1, len(text))))
+    return text[:cut] if cut else text
+
+
+_MIXED = st.lists(st.one_of(_JSONISH.map("".join), _json_object()), max_size=4).map("".join)
 
 
 @settings(max_examples=400, deadline=None)
-@given(_JSONISH)
-def test_parse_skill_never_raises_on_jsonish_fragments(text):
+@given(_MIXED)
+def test_parse_skill_finds_every_skill_that_json_reads(text):
+    """Reference: Python's `json` (`strict_json_skills`). Whenever it reads a qualifying object
+    at some '{', the answer parses; when the text has no fence and the object at its first '{'
+    qualifies, that object is the one returned (no candidate comes before it)."""
+    assume(text.count("{") <= 30)  # within the parser's budget of attempts
+    want = strict_json_skills(text)
     got = parse_skill(text)
-    if got.ok:
-        assert len(got.skill.split()) >= 5
+    if want:
+        assert got.ok, got
+        if "```" not in text and want[0][0] == text.find("{"):
+            assert (got.summary, got.skill) == want[0][1:]
 
 
 @settings(max_examples=300, deadline=None)
