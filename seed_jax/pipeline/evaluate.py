@@ -6,7 +6,9 @@ Each split gives ``eval/<tag>_<split>.json`` in the schema `seed_jax.report` rea
      "results": {"overall": {"success_rate", "return", "score", "episode_length", "n"},
                  "per_type": {task_type: {"success_rate", "n"}}}}
 
-and ``eval/results.md`` gathers every result file as markdown tables. Skill-Prompt /
+and ``eval/<tag>_<split>.trajectories.jsonl`` the episodes themselves (prompts, responses,
+observations, rewards; `seed_jax.rollout.trajectory.read_trajectories`); ``eval/results.md``
+gathers every result file as markdown tables. Skill-Prompt /
 Skill-GRPO methods show their bank skills at inference (their definition); all others never do.
 """
 
@@ -21,6 +23,7 @@ from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings
 from seed_jax.pipeline.skill_bank import SkillBank
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
+from seed_jax.rollout.trajectory import write_trajectories
 
 
 def summarize(trajs) -> dict:
@@ -49,6 +52,7 @@ def evaluate_params(run: Run, model, tok, params, tag: str, step: int, bank: Ski
             task_skills = [bank.lookup(t) for t in tasks] if (bank is not None and run.switches.prompt_skills) else None
             trajs = run_rollouts(pool, model, tok, tasks, settings, params=params, seed=c.seed + 7_000_001,
                                  tag=f"eval_{split}/", encode_prompt=make_prompt_encoder(tok), task_skills=task_skills)
+            write_trajectories(run.path("eval", f"{tag}_{split}.trajectories.jsonl"), trajs)  # transcripts
             res = summarize(trajs)
             out[split] = res
             path = run.path("eval", f"{tag}_{split}.json")
