@@ -183,6 +183,7 @@ ANALYZERS: dict[str, Analyzer] = {
     "scripted": scripted_analyzer,
     "static": static_analyzer,
 }
+# the names `seed_jax.pipeline.validate` accepts for stage1.analyzer and analysis.analyzer
 STAGE1_ANALYZERS = ("self", "openai", "scripted", "heuristic")
 RL_ONLINE_ANALYZERS = ("self", "heuristic")
 

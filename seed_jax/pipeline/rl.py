@@ -138,6 +138,9 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     if run.switches.skill_source == "static" or run.switches.prompt_skills:
         bank = SkillBank.for_run(run.workdir, run.bench)
     analyzer = rl_analyzer(run.switches.skill_source, c.analysis.analyzer)
+    ctx = AnalysisContext(success_threshold=run.bench.spec.success_threshold,
+                          max_prompt_tokens=c.analysis.max_prompt_tokens, max_new_tokens=c.analysis.max_new_tokens,
+                          batch_size=c.analysis.batch_size, bench=run.bench, bank=bank, tasks=train_tasks, seed=c.seed)
     batch_settings = BatchSettings(
         max_prompt_tokens=c.rollout.max_prompt_tokens, max_response_tokens=c.rollout.max_response_tokens,
         max_teacher_prompt_tokens=c.rollout.max_teacher_prompt_tokens, advantage_mode=c.rl.advantage_mode,
@@ -171,12 +174,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
             with timer("analysis"):
                 analysis = None
                 if analyzer is not None:
-                    ctx = AnalysisContext(success_threshold=run.bench.spec.success_threshold,
-                                          max_prompt_tokens=c.analysis.max_prompt_tokens,
-                                          max_new_tokens=c.analysis.max_new_tokens, batch_size=c.analysis.batch_size,
-                                          policy=(model, tok, old, encode), bench=run.bench, bank=bank,
-                                          tasks=train_tasks, seed=c.seed, update=u)
-                    analysis = analyzer(trajs, ctx)
+                    analysis = analyzer(trajs, dataclasses.replace(ctx, policy=(model, tok, old, encode), update=u))
                 skills = analysis.skills if analysis is not None else {}
             with timer("batch"):
                 ub = build_update_batch(

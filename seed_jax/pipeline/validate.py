@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 
 from seed_jax.losses import ADVANTAGE_ESTIMATORS, PENALTY_MODES
+from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
 from seed_jax.pipeline.environments import missing_data
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.runtime import train_config
@@ -67,9 +68,9 @@ def validate(config) -> None:
     if config.rollout.max_teacher_prompt_tokens < config.rollout.max_prompt_tokens:
         bad("rollout.max_teacher_prompt_tokens",
             f"must be >= rollout.max_prompt_tokens ({config.rollout.max_prompt_tokens}): H(h, s) holds h and the skill")
-    if config.stage1.analyzer not in ("self", "openai", "scripted", "heuristic"):
+    if config.stage1.analyzer not in STAGE1_ANALYZERS:
         bad("stage1.analyzer", "must be self | openai | scripted | heuristic")
-    if config.analysis.analyzer not in ("self", "heuristic"):
+    if config.analysis.analyzer not in RL_ONLINE_ANALYZERS:
         bad("analysis.analyzer", "must be self | heuristic")
     if config.stage1.analyzer == "openai" and not (config.stage1.openai_base_url and config.stage1.openai_model):
         bad("stage1.openai_base_url", "the openai analyzer needs stage1.openai_base_url and stage1.openai_model")
