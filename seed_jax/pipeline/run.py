@@ -86,7 +86,7 @@ class Run:
 # (RL continues from its last checkpoint); every other difference is refused without ``--force``.
 RESULT_NEUTRAL_KEYS = frozenset({
     "stages", "env.num_workers", "env.step_timeout_s", "eval.checkpoint", "rl.checkpoint_every",
-    "rl.keep_checkpoints", "rl.eval_every", "rl.audit_gates", "stage1.openai_api_key_env", "model.remat",
+    "rl.keep_checkpoints", "rl.eval_every", "rl.audit_gates", "stage1.openai_api_key_env", "stage1.openai_max_concurrency", "model.remat",
     "mesh.data", "mesh.fsdp", "mesh.tensor"})
 
 
