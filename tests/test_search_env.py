@@ -622,3 +622,22 @@ def test_launch_refuses_the_paper_preset_without_data_with_exit_status_2(tmp_pat
     assert r.stderr.strip().startswith("error: config.env.data_dir: ") and "\n" not in r.stderr.strip()
     assert os.path.join(str(tmp_path), "bamboogle", "test.parquet") in r.stderr
     assert not workdir.exists()
+
+
+@pytest.mark.slow
+def test_server_holds_1024_concurrent_clients():
+    """Bounded loopback load: 1,024 clients connect at once (2,048 requests in all) to the real
+    server process; every request is answered, with the embedded retriever's top-3."""
+    from envs.search.load import burst, serve_subprocess
+
+    tasks = load_default_tasks()
+    queries = [t["question"] for t in tasks]
+    proc, url = serve_subprocess()
+    try:
+        result = burst(url, queries, clients=1024, rounds=2, timeout=60)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert result.errors == [] and len(result.latencies) == 2048, result.summary()
+    ref = BM25Retriever(default_corpus_path(), use_cache=False)
+    assert result.answers == {q: [p.id for p in ref.search([q], 3)[0]] for q in queries}
