@@ -38,11 +38,12 @@ META_FILE = "meta.json"
 
 
 def _import_bm25s():
-    """``bm25s``, imported with JAX hidden: bm25s imports ``jax.lax`` when it can and runs a
-    top-k on the default device at import time, which would start an accelerator runtime in
-    every environment worker. Hidden, it uses its numpy selection (the one used here anyway)."""
-    if "bm25s" in sys.modules:
-        return sys.modules["bm25s"]
+    """``bm25s``, imported with JAX hidden unless the process has imported JAX already: bm25s
+    imports ``jax.lax`` when it can and runs a top-k on the default device at import time, which
+    would start an accelerator runtime in every environment worker. Hidden, it falls back to its
+    numpy selection (top-k is done here anyway)."""
+    if "bm25s" in sys.modules or "jax" in sys.modules:
+        return importlib.import_module("bm25s")
     saved = {name: sys.modules.get(name) for name in ("jax", "jax.lax")}
     sys.modules["jax"] = sys.modules["jax.lax"] = None  # type: ignore[assignment]  # import -> ImportError
     try:

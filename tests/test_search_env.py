@@ -206,6 +206,18 @@ def test_bm25_top3_matches_reference_on_the_vendored_questions(bm25):
         assert [p.id for p in bm25.search([task["question"]], 3)[0]] == want, task["question"]
 
 
+def test_bm25_does_not_import_jax(tmp_path):
+    """bm25s would import JAX (and start its runtime) in every env worker: the BM25 keeps it out."""
+    code = ("import sys; from envs.bm25 import BM25; from envs.search.bm25 import tokenize; "
+            "b = BM25.build(['red apple', 'green pear'], tokenize); assert b.top('pear', 3)[0][0] == 1; "
+            "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
+                         env={**os.environ, "PYTHONPATH": root})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+
+
 def test_bm25_title_query_finds_gold_paragraph(bm25, hotpot_items):
     """Query = title of a supporting paragraph -> that paragraph is in the top-3."""
 
