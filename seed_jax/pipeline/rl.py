@@ -203,7 +203,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
             last = out
     bar.close()
     ckpt.close()
-    final = type(model)(cfg, jax.device_get(host_local_params(state.params)), "rl")
+    final = dataclasses.replace(model, params=jax.device_get(host_local_params(state.params)), source="rl")
     if jax.process_index() == 0:
         save_policy(final, tok, run.workdir / "rl" / "final_model")
     return {k: float(v) for k, v in last.items()}
