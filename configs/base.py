@@ -91,6 +91,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.keep_checkpoints = 3
     c.rl.eval_every = 0  # 0 = only the final eval stage
     c.rl.audit_gates = True  # per-step OPD gates under theta_old -> step_gates.jsonl (one extra teacher forward)
+    c.rl.transcripts_per_update = 4  # trajectories per update saved in full to rl/transcripts.jsonl (0 = none)
 
     c.train = ml_collections.ConfigDict(run_train_defaults())  # TrainConfig's fields and defaults
     c.train.warmup_updates = 0  # learning-rate warm-up, in RL updates (the RL schedule counts updates)

@@ -10,6 +10,9 @@ Files written under a run directory ``<workdir>``:
   (``seed_jax.report.collect_series``). The metric-key contract is in ``seed_jax.report``.
 - ``tb/``: TensorBoard event files (tensorboardX), one scalar per key, ``global_step = step``.
 - ``skills.jsonl``: one ``SkillLogEntry`` per analysed trajectory (``SkillLog``).
+- ``rl/transcripts.jsonl``: a bounded sample of each RL update's trajectories, read in full
+  (`transcript_json`, `sample_transcripts`); a resumed run appends the redone updates again and
+  readers keep the last record per ``(update, traj_id)``.
 
 Appends are crash-safe: each record is one ``write`` of a full line followed by flush and
 ``os.fsync``; a line torn by a kill is removed when the file is reopened for appending and is
@@ -26,6 +29,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import random
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -182,10 +186,7 @@ class SkillLogEntry:
         return {"update": int(self.update), "traj_id": str(self.traj_id),
                 "task_id": str(self.task_id), "outcome": "success" if self.success else "failure",
                 "parse_ok": bool(self.parse_ok), "skill": self.skill, "summary": self.summary,
-                "gate": None if self.gate is None else {
-                    "mean": _to_float("gate.mean", self.gate.mean),
-                    "share_gt_half": _to_float("gate.share_gt_half", self.gate.share_gt_half),
-                    "n_tokens": int(self.gate.n_tokens)}}
+                "gate": _gate_json(self.gate)}
 
 
 class SkillLog:
@@ -215,6 +216,74 @@ class SkillLog:
         """All skill records (JSON form) of ``<workdir>/skills.jsonl``; [] if the file is absent."""
         path = Path(workdir) / SKILLS_FILE
         return read_jsonl(path) if path.exists() else []
+
+
+# --------------------------------------------------------------------------- transcripts
+
+TRANSCRIPTS_FILE = "rl/transcripts.jsonl"
+
+
+def sample_transcripts(trajectories: Iterable[Any], k: int, seed: str | int) -> list[Any]:
+    """At most ``k`` of the trajectories, successes and failures alternating (a success first) as
+    long as both are left, each kind drawn in an order shuffled by ``random.Random(seed)``;
+    trajectories with an environment error are left out. Returned in their input order."""
+    ok = [(i, t) for i, t in enumerate(trajectories) if not t.env_error]
+    rng = random.Random(seed)
+    won = [x for x in ok if x[1].won]
+    lost = [x for x in ok if not x[1].won]
+    rng.shuffle(won)
+    rng.shuffle(lost)
+    picked = []
+    while len(picked) < k and (won or lost):
+        for pool in (won, lost):
+            if pool and len(picked) < k:
+                picked.append(pool.pop(0))
+    return [t for _, t in sorted(picked, key=lambda x: x[0])]
+
+
+def _gate_json(gate) -> dict | None:
+    if gate is None:
+        return None
+    return {"mean": _to_float("gate.mean", gate.mean), "share_gt_half": _to_float("gate.share_gt_half",
+                                                                                    gate.share_gt_half),
+            "n_tokens": int(gate.n_tokens)}
+
+
+def transcript_json(update: int, traj, skill: str | None = None, gate: GateSummary | None = None,
+                    step_gates: Mapping[int, Any] | None = None) -> dict:
+    """One line of ``rl/transcripts.jsonl``: a trajectory as a reader wants it.
+
+    ``{"update", "traj_id", "task_id", "task", "won", "reward" (R(tau)), "penalty", "skill"
+    (None: no skill), "gate" (trajectory gate summary | None), "final_observation", "steps":
+    [{"observation" (what the environment showed), "prompt" (the user message, skill-free),
+    "response", "action", "valid", "reward", "penalty", "gate" ({"mean", "share_gt_half",
+    "n_tokens"} | None)}]}``; ``step_gates`` maps step index -> an object with ``gate_mean``,
+    ``gate_gt_half``, ``n_tokens``.
+    """
+    step_gates = step_gates or {}
+    steps = []
+    for i, s in enumerate(traj.steps):
+        g = step_gates.get(i)
+        steps.append({"observation": s.raw_observation, "prompt": s.prompt_text, "response": s.response_text,
+                      "action": s.action, "valid": bool(s.valid), "reward": float(s.reward),
+                      "penalty": float(s.penalty),
+                      "gate": None if g is None else {"mean": _to_float("gate.mean", g.gate_mean),
+                                                      "share_gt_half": _to_float("gate.gt_half", g.gate_gt_half),
+                                                      "n_tokens": int(g.n_tokens)}})
+    return {"update": int(update), "traj_id": str(traj.traj_id), "task_id": str(traj.task_id),
+            "task": traj.task_description, "won": bool(traj.won), "reward": float(traj.episode_reward),
+            "penalty": float(sum(s.penalty for s in traj.steps)), "skill": skill or None, "gate": _gate_json(gate),
+            "final_observation": traj.final_observation, "steps": steps}
+
+
+def read_transcripts(workdir: str | os.PathLike) -> list[dict]:
+    """The records of ``<workdir>/rl/transcripts.jsonl`` (the last one per ``(update, traj_id)``, in
+    update order); [] when the file is absent."""
+    path = Path(workdir) / TRANSCRIPTS_FILE
+    if not path.exists():
+        return []
+    last = {(r["update"], r["traj_id"]): r for r in read_jsonl(path)}
+    return sorted(last.values(), key=lambda r: r["update"])
 
 
 # --------------------------------------------------------------------------- timing / progress

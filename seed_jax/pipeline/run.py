@@ -11,7 +11,8 @@ Layout of ``workdir``::
     rl/ckpt/<update>/           orbax checkpoints of the RL train state (rl)
     rl/final_model/             HF directory of the final policy
     eval/*.json, eval/results.md  evaluation results (eval)
-    metrics.jsonl, tb/, skills.jsonl
+    rl/transcripts.jsonl        a sample of each update's trajectories in full (rl.transcripts_per_update)
+    metrics.jsonl, tb/, skills.jsonl, step_gates.jsonl
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ class Run:
 # (RL continues from its last checkpoint); every other difference is refused without ``--force``.
 RESULT_NEUTRAL_KEYS = frozenset({
     "stages", "env.num_workers", "env.step_timeout_s", "eval.checkpoint", "rl.checkpoint_every",
-    "rl.keep_checkpoints", "rl.eval_every", "rl.audit_gates", "stage1.openai_api_key_env", "model.remat",
+    "rl.keep_checkpoints", "rl.eval_every", "rl.audit_gates", "rl.transcripts_per_update", "stage1.openai_api_key_env",
+    "model.remat",
     "mesh.data", "mesh.fsdp", "mesh.tensor"})
 
 

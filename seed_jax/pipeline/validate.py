@@ -43,7 +43,7 @@ def validate(config) -> None:
         if _get(config, key) < 1:
             bad(key, "must be >= 1")
     for key in ("rl.num_updates", "stage1.sft_epochs", "eval.num_tasks", "rl.eval_every", "env.num_workers",
-                "train.warmup_updates"):
+                "train.warmup_updates", "rl.transcripts_per_update"):
         if _get(config, key) < 0:
             bad(key, "must be >= 0")
     for key in ("rollout.temperature", "stage1.temperature", "eval.temperature"):
