@@ -102,6 +102,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.temperature = 0.4
     c.eval.checkpoint = ml_collections.config_dict.placeholder(str)  # evaluate this model dir instead
 
+    c.tracking = ml_collections.ConfigDict()
+    c.tracking.wandb = False  # also log metrics to Weights & Biases (needs the wandb package)
+    c.tracking.wandb_project = "seed_jax"
+    c.tracking.wandb_entity = ""  # "" = the W&B account's default
+    c.tracking.wandb_mode = ""  # "" (wandb decides, e.g. WANDB_MODE) | online | offline | disabled
+
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1  # -1 = all remaining devices
     c.mesh.fsdp = 1

@@ -9,6 +9,10 @@ Files written under a run directory ``<workdir>``:
   redoes; readers take, per key, the last value written for each step
   (``seed_jax.report.collect_series``). The metric-key contract is in ``seed_jax.report``.
 - ``tb/``: TensorBoard event files (tensorboardX), one scalar per key, ``global_step = step``.
+- optional Weights & Biases (`WandbWriter`, off unless ``MetricsWriter(wandb=WandbSettings(...))``):
+  every record logged with its ``step`` as the x axis, the run config logged, one W&B run per
+  run directory (its id kept in ``wandb_run_id``, so a resumed run continues the same W&B run);
+  ``wandb`` is imported only when enabled.
 - ``skills.jsonl``: one ``SkillLogEntry`` per analysed trajectory (``SkillLog``).
 - ``rl/transcripts.jsonl``: a bounded sample of each RL update's trajectories, read in full
   (`transcript_json`, `sample_transcripts`); a resumed run appends the redone updates again and
@@ -62,26 +66,92 @@ def _to_float(key: str, value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+# --------------------------------------------------------------------------- Weights & Biases
+
+WANDB_ID_FILE = "wandb_run_id"
+WANDB_MODES = ("", "online", "offline", "disabled")
+
+
+@dataclasses.dataclass(frozen=True)
+class WandbSettings:
+    """Where a `WandbWriter` logs: ``project``, ``entity`` ("" = the user's default), ``mode``
+    (one of `WANDB_MODES`; "" leaves it to wandb, e.g. ``WANDB_MODE``), ``config`` (the run
+    config, logged once) and ``name`` ("" = the run directory's name)."""
+
+    project: str = "seed_jax"
+    entity: str = ""
+    mode: str = ""
+    config: Mapping[str, Any] | None = None
+    name: str = ""
+
+
+def wandb_run_id(workdir: Path) -> str:
+    """The W&B run id of a run directory: read from ``<workdir>/wandb_run_id``, created there on
+    first use (16 random hex digits), so every launch on the directory resumes the same W&B run."""
+    f = Path(workdir) / WANDB_ID_FILE
+    if f.exists():
+        return f.read_text().strip()
+    rid = os.urandom(8).hex()
+    f.write_text(rid + "\n")
+    return rid
+
+
+class WandbWriter:
+    """Logs `MetricsWriter` records to one Weights & Biases run per run directory.
+
+    ``wandb.init(id=wandb_run_id(workdir), resume="allow", dir=workdir, config=...)``; the key
+    ``step`` is declared the x axis of every metric (``define_metric``), so stages that count their
+    own steps and a resumed run that redoes a step log without wandb's monotonic-step rule.
+    """
+
+    def __init__(self, workdir: str | os.PathLike, settings: WandbSettings):
+        try:
+            import wandb  # deferred: optional dependency, imported only when W&B logging is on
+        except ImportError as e:
+            raise ImportError("W&B logging (tracking.wandb) needs the wandb package: pip install wandb") from e
+        if settings.mode not in WANDB_MODES:
+            raise ValueError(f"wandb mode must be one of {WANDB_MODES}, got {settings.mode!r}")
+        workdir = Path(workdir)
+        self.run_id = wandb_run_id(workdir)
+        self.run = wandb.init(project=settings.project, entity=settings.entity or None, id=self.run_id,
+                              resume="allow", dir=str(workdir), name=settings.name or workdir.name,
+                              config=dict(settings.config or {}), mode=settings.mode or None)
+        self.run.define_metric("step")
+        self.run.define_metric("*", step_metric="step")
+
+    def log(self, record: Mapping[str, Any]) -> None:
+        """One `MetricsWriter` record: ``step`` and the finite metric values (``time`` dropped)."""
+        self.run.log({k: v for k, v in record.items() if k != "time" and v is not None})
+
+    def close(self) -> None:
+        self.run.finish()
+
+
 # --------------------------------------------------------------------------- metrics
 
 class MetricsWriter:
-    """Appends scalar metrics to ``<workdir>/metrics.jsonl`` and TensorBoard ``<workdir>/tb``.
+    """Appends scalar metrics to ``<workdir>/metrics.jsonl`` and TensorBoard ``<workdir>/tb``, and
+    to Weights & Biases when ``wandb`` settings are given (`WandbWriter`).
 
     ``write(step, {"success_rate": 0.5}, prefix="rollout")`` records key ``rollout/success_rate``
     (``prefix`` is joined with ``/``; keys are used as given when it is empty). Opening an
     existing run appends (a resumed run continues the same file).
     """
 
-    def __init__(self, workdir: str | os.PathLike, tensorboard: bool = True, enabled: bool = True):
+    def __init__(self, workdir: str | os.PathLike, tensorboard: bool = True, enabled: bool = True,
+                 wandb: WandbSettings | None = None):
         self.workdir = Path(workdir)
         self.enabled = enabled
         self.path = self.workdir / METRICS_FILE
         self._tb = None
+        self._wandb = None
         self._closed = False
         if not enabled:
             return
         self.workdir.mkdir(parents=True, exist_ok=True)
         repair_torn_tail(self.path)
+        if wandb is not None:
+            self._wandb = WandbWriter(self.workdir, wandb)
         if tensorboard:
             try:  # optional: only runs that write TensorBoard events need it
                 from tensorboardX import SummaryWriter
@@ -117,12 +187,17 @@ class MetricsWriter:
                 if key not in _RESERVED and v is not None:
                     self._tb.add_scalar(key, v, global_step=step, walltime=record["time"])
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(record)
         return record
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._wandb is not None:
+            self._wandb.close()
+            self._wandb = None
         self._closed = True
 
     def __enter__(self) -> MetricsWriter:
