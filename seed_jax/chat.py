@@ -9,6 +9,7 @@ blank line. ``/reset`` starts a new conversation; ``/quit`` or end of input ends
 Sampling follows the directory's ``generation_config.json`` as transformers reads it: greedy
 unless ``do_sample`` is true, then its ``temperature``, ``top_p`` and ``top_k`` (transformers'
 defaults 1.0, 1.0, 50 where absent); generation stops at its ``eos_token_id`` too. Flags override.
+A ``repetition_penalty`` is not applied (the sampler has none).
 """
 
 from __future__ import annotations
