@@ -63,9 +63,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.stage1.group_size = 8
     c.stage1.temperature = 0.4
     c.stage1.analyzer = "self"  # self | openai | scripted (env-provided) | heuristic (model-free template)
-    c.stage1.openai_base_url = ""
+    c.stage1.openai_base_url = ""  # '' = $OPENAI_BASE_URL
     c.stage1.openai_model = ""
-    c.stage1.openai_api_key_env = "OPENAI_API_KEY"
+    c.stage1.openai_api_key_env = "OPENAI_API_KEY"  # unset -> $OPENAI_API_KEY
+    c.stage1.openai_max_concurrency = 16  # annotation requests in flight at once
+    c.stage1.openai_reasoning = "auto"  # auto (model-name rule) | yes | no: reasoning models get no temperature
     c.stage1.max_repairs = 2
     c.stage1.sft_epochs = 3
     c.stage1.sft_lr = 5e-6

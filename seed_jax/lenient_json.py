@@ -5,11 +5,13 @@ Markdown code fences (three backticks, optionally followed by ``json``, ``JSON``
 in order, then the whole text; within a region, one candidate per '{' in order of position
 (nested objects included, so one object may be yielded more than once). Each candidate is
 read with ``json.JSONDecoder.raw_decode`` and, failing that, with `read_lenient`; candidates
-that fail both, or are not objects, are skipped. At most ``max_attempts`` (64) '{' positions
-are tried in all. Never raises on any ``str``.
+that fail both are read once more with ``read_lenient(..., truncated=True)`` (an answer cut
+off by the token limit); candidates that fail all three, or are not objects, are skipped. At
+most ``max_attempts`` (64) '{' positions are tried in all. Never raises on any ``str``.
 
-`read_lenient(text, start)` -> ``(value, end)`` reads one value at ``text[start:]`` (leading
-white space skipped) and raises `LenientJSONError` (a ``ValueError``) when there is none.
+`read_lenient(text, start, truncated=False)` -> ``(value, end)`` reads one value at
+``text[start:]`` (leading white space skipped) and raises `LenientJSONError` (a
+``ValueError``) when there is none.
 Grammar (white space allowed between all tokens; nesting deeper than 40 fails)::
 
     value   := object | array | string | number | literal
@@ -29,6 +31,13 @@ Raw newlines are kept. Escapes: ``\\xHH``, ``\\uHHHH``, ``\\UHHHHHHHH`` (hex, co
 0x10FFFF) give that character; ``\\n \\t \\r \\b \\f`` the control characters; any other
 ``\\c`` gives ``c`` (so ``\\" \\' \\\\ \\/`` give the character itself). UTF-16 surrogate
 pairs written as two escapes are joined into one character; a lone surrogate becomes U+FFFD.
+
+Truncation (``truncated=True``): the end of the text closes whatever is open. A string open at
+the end ends there (its text kept); an object or array open at the end is closed there; a
+member or element that the end cuts before its value is complete (a bare or half-written key,
+a key without ':' or value, a dangling ',') is dropped. So ``{"a": "x", "b": "y z`` reads as
+``{"a": "x", "b": "y z"}`` and ``{"a": "x", "b`` as ``{"a": "x"}``. Without it, such text
+raises.
 """
 
 from __future__ import annotations
@@ -61,11 +70,15 @@ class LenientJSONError(ValueError):
     """`read_lenient` found no value of the grammar at the given position."""
 
 
+class _EndOfText(LenientJSONError):
+    """The text ended inside a value (what ``truncated=True`` forgives)."""
+
+
 class _Reader:
     """Recursive-descent reader of the grammar in the module docstring."""
 
-    def __init__(self, text: str) -> None:
-        self.s = text
+    def __init__(self, text: str, truncated: bool = False) -> None:
+        self.s, self.truncated = text, truncated
 
     def ws(self, i: int) -> int:
         while i < len(self.s) and self.s[i].isspace():
@@ -77,7 +90,7 @@ class _Reader:
             raise LenientJSONError("too deep")
         i = self.ws(i)
         if i >= len(self.s):
-            raise LenientJSONError("end of text")
+            raise _EndOfText("end of text")
         c = self.s[i]
         if c == "{":
             return self.obj(i, depth)
@@ -106,11 +119,24 @@ class _Reader:
             i = self.ws(i)
             if self.at(i) == close:
                 return i + 1
-            i = self.ws(item(i, depth + 1))
+            if i >= len(self.s):
+                if self.truncated:
+                    return i
+                raise _EndOfText(f"end of text before '{close}'")
+            try:
+                i = self.ws(item(i, depth + 1))
+            except _EndOfText:
+                if self.truncated:  # the end cut this item: drop it, close the container
+                    return len(self.s)
+                raise
             if self.at(i) == ",":
                 i += 1
             elif self.at(i) == close:
                 return i + 1
+            elif i >= len(self.s):
+                if self.truncated:
+                    return i
+                raise _EndOfText(f"end of text before '{close}'")
             else:
                 raise LenientJSONError(f"expected ',' or '{close}'")
 
@@ -126,9 +152,12 @@ class _Reader:
                     raise LenientJSONError("expected a key")
                 key, j = m.group(0), m.end()
             j = self.ws(j)
+            if j >= len(self.s):
+                raise _EndOfText("end of text before ':'")
             if self.at(j) != ":":
                 raise LenientJSONError("expected ':'")
-            out[key], j = self.value(j + 1, d)
+            value, j = self.value(j + 1, d)
+            out[key] = value
             return j
 
         return out, self.items(i, depth, "}", member)
@@ -170,15 +199,18 @@ class _Reader:
                     return text, i + 1
             buf.append(c)
             i += 1
-        raise LenientJSONError("unterminated string")
+        if self.truncated:
+            return "".join(buf).encode("utf-16", "surrogatepass").decode("utf-16", "replace"), i
+        raise _EndOfText("unterminated string")
 
 
-def read_lenient(text: str, start: int = 0) -> tuple[Any, int]:
-    """The value of the module's grammar at ``text[start:]`` and the index just after it.
+def read_lenient(text: str, start: int = 0, truncated: bool = False) -> tuple[Any, int]:
+    """The value of the module's grammar at ``text[start:]`` and the index just after it;
+    ``truncated``: the end of the text closes what is open (module docstring).
 
     Raises `LenientJSONError` when there is none (also ``ValueError`` for an integer too long
     to convert)."""
-    return _Reader(text).value(start, 0)
+    return _Reader(text, truncated).value(start, 0)
 
 
 def json_objects(text: str, max_attempts: int = MAX_ATTEMPTS) -> Iterator[dict]:
@@ -197,6 +229,9 @@ def json_objects(text: str, max_attempts: int = MAX_ATTEMPTS) -> Iterator[dict]:
                 try:
                     obj, _ = read_lenient(region, m.start())
                 except (ValueError, OverflowError, RecursionError):
-                    continue
+                    try:
+                        obj, _ = read_lenient(region, m.start(), truncated=True)
+                    except (ValueError, OverflowError, RecursionError):
+                        continue
             if isinstance(obj, dict):
                 yield obj

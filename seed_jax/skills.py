@@ -19,11 +19,14 @@ external chat API through `annotate`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+import json_repair
 
 from seed_jax.jsonl import iter_records, write_records
 from seed_jax.lenient_json import json_objects
@@ -215,17 +218,19 @@ def parse_skill(text: Any) -> SkillParse:
     Candidates: the objects of `seed_jax.lenient_json.json_objects` (inside ```json fences
     first, then starting at each '{' of the text, nested ones included; each read with `json`
     and, failing that, leniently: single or smart quotes, trailing commas, bare keys, Python
-    literals and escapes). The first candidate with string fields ``episode_summary`` and
-    ``episode_skill`` whose skill has >= 5 words wins (fields stripped). Otherwise ok=False
-    with the reason of the first candidate that had both fields, else of the first object,
-    else 'no JSON object'.
+    literals and escapes, then as cut off by the token limit: a missing final ``}`` or ``"}``,
+    a dangling ',' or half-written last member), and last the object that the ``json_repair``
+    library makes of the whole text (missing commas, unquoted values, ...). The first candidate
+    with string fields ``episode_summary`` and ``episode_skill`` whose skill has >= 5 words wins
+    (fields stripped). Otherwise ok=False with the reason of the first candidate that had both
+    fields, else of the first object, else 'no JSON object'.
     """
     if not isinstance(text, str):
         return SkillParse("", "", False, f"answer is {type(text).__name__}, not text")
     first_failure: SkillParse | None = None
     first_with_fields: SkillParse | None = None
     try:
-        for obj in json_objects(text):
+        for obj in itertools.chain(json_objects(text), _repaired(text)):
             res = _judge(obj)
             if res.ok:
                 return res
@@ -235,6 +240,17 @@ def parse_skill(text: Any) -> SkillParse:
     except Exception as e:
         return SkillParse("", "", False, f"parser error: {type(e).__name__}")
     return first_with_fields or first_failure or SkillParse("", "", False, "no JSON object")
+
+
+def _repaired(text: str) -> Iterator[dict]:
+    """The dicts that ``json_repair.repair_json`` reads from ``text`` (the object itself, or
+    the objects of a list); nothing when it finds none."""
+    if "{" not in text:
+        return
+    value = json_repair.repair_json(text, return_objects=True)
+    for obj in value if isinstance(value, list) else [value]:
+        if isinstance(obj, dict):
+            yield obj
 
 
 # ----------------------------------------------------------------------------------------------

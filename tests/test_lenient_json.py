@@ -46,6 +46,32 @@ def test_read_lenient_end_index_and_start():
 
 
 @pytest.mark.parametrize(
+    "text, value",
+    [
+        ('{"a": "x", "b": "y z', {"a": "x", "b": "y z"}),
+        ('{"a": "x", "b', {"a": "x"}),
+        ('{"a": "x", "b":', {"a": "x"}),
+        ('{"a": "x",', {"a": "x"}),
+        ('{"a": [1, 2', {"a": [1, 2]}),
+        ('{"a": {"b": "c', {"a": {"b": "c"}}),
+        ("{'a': 'it's", {"a": "it's"}),
+        ("{", {}),
+    ],
+)
+def test_read_lenient_truncated(text, value):
+    assert read_lenient(text, truncated=True) == (value, len(text))
+    with pytest.raises(LenientJSONError):
+        read_lenient(text)  # without the flag the end of the text is an error
+
+
+def test_truncated_still_rejects_what_is_not_cut():
+    for text in ("{a 1}", "{'a': 1 'b': 2}", "{, }"):
+        with pytest.raises(LenientJSONError):
+            read_lenient(text, truncated=True)
+    assert read_lenient('{"a": 1} tail', truncated=True) == ({"a": 1}, 8)
+
+
+@pytest.mark.parametrize(
     "text, message",
     [
         ("", "end of text"),

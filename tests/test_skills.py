@@ -87,9 +87,9 @@ def test_nested_and_later_objects():
 @pytest.mark.parametrize(
     "text, reason",
     [
-        ('{"episode_summary": "s", "episode_skill": "open the drawer then', "no JSON object"),
         ("no json at all", "no JSON object"),
-        ('{"episode_summary": "s" "episode_skill": "a b c d e"}', "no JSON object"),
+        ('{"episode_summary": "s", "episode_skill": "open the', "skill has 2 words (< 5)"),  # cut too early
+        ('{"episode_summary": "the agent', "missing field episode_skill"),
         ('{"episode_summary": "s", "episode_skill": "four words only here"}',
          "skill has 4 words (< 5)"),
         ('{"episode_summary": "s", "episode_skill": "   "}', "skill has 0 words (< 5)"),
@@ -103,6 +103,52 @@ def test_nested_and_later_objects():
 def test_rejected_answers(text, reason):
     got = parse_skill(text)
     assert not got.ok and got.reason == reason
+
+
+# Answers cut off by the token limit, or broken in ways models often break them; each with the
+# parse written out by hand.
+_REPAIRS = [
+    # the final } missing
+    ('{"episode_summary": "Found it.", "episode_skill": "Open the drawer before the shelf."',
+     "Found it.", "Open the drawer before the shelf."),
+    # the final } missing after a newline and inside an unclosed code fence
+    ('```json\n{\n  "episode_summary": "Found it.",\n  "episode_skill": "Open the drawer before the shelf."\n',
+     "Found it.", "Open the drawer before the shelf."),
+    # the fence closed but the object not
+    ('```json\n{"episode_summary": "Found it.", "episode_skill": "Open the drawer before the shelf."\n```',
+     "Found it.", "Open the drawer before the shelf."),
+    # cut inside the skill string: "} missing; the words written so far are kept
+    ('{"episode_summary": "Found it.", "episode_skill": "Open the drawer before searching the',
+     "Found it.", "Open the drawer before searching the"),
+    # a dangling comma, then a half-written third member
+    ('{"episode_summary": "Found it.", "episode_skill": "Open the drawer before the shelf.", "confid',
+     "Found it.", "Open the drawer before the shelf."),
+    ('{"episode_summary": "Found it.", "episode_skill": "Open the drawer before the shelf.",',
+     "Found it.", "Open the drawer before the shelf."),
+    # single quotes and a missing }, after a reasoning model's thoughts
+    ("<think>the key was in the drawer</think>\n{'episode_summary': 'Found it.', 'episode_skill': 'Open the "
+     "drawer before the shelf.'", "Found it.", "Open the drawer before the shelf."),
+    # nested: the outer object cut, the skill object whole
+    ('{"analysis": {"episode_summary": "Found it.", "episode_skill": "Open the drawer before the shelf."}, "notes": "x',
+     "Found it.", "Open the drawer before the shelf."),
+    # json_repair, the last resort: a missing comma between members, unquoted values
+    ('{"episode_summary": "Found it." "episode_skill": "Open the drawer before the shelf."}',
+     "Found it.", "Open the drawer before the shelf."),
+    ('{"episode_summary": Found it, "episode_skill": Open the drawer before the shelf}',
+     "Found it", "Open the drawer before the shelf"),
+]
+
+
+@pytest.mark.parametrize("text, summary, skill", _REPAIRS)
+def test_parse_skill_repairs(text, summary, skill):
+    assert parse_skill(text) == SkillParse(summary, skill, True, "")
+
+
+def test_truncation_repair_keeps_the_first_whole_answer():
+    whole = '{"episode_summary": "A.", "episode_skill": "one two three four five"}'
+    cut = '{"episode_summary": "B.", "episode_skill": "six seven eight nine ten eleven'
+    assert parse_skill(f"{whole}\n{cut}").skill == "one two three four five"
+    assert parse_skill(f"{cut}\n{whole}").skill == "one two three four five"  # the whole one is read first
 
 
 def test_five_words_is_enough():

@@ -1,7 +1,8 @@
 """Retriever interface of the Search QA environment and its two backends.
 
-- `BM25Retriever`: embedded Okapi BM25 over a ``{"id", "contents"}`` jsonl corpus; the index
-  is built once per corpus file (keyed by its sha256) and cached as npz.
+- `BM25Retriever`: embedded Okapi BM25 (`envs.bm25`, on bm25s) over a ``{"id", "contents"}``
+  jsonl corpus; the index is built once per corpus file (keyed by its sha256), cached on disk
+  and memory-mapped.
 - `HttpRetriever`: client of the Search-R1 retrieval API
   (``POST /retrieve {"queries": [..], "topk": k, "return_scores": true}`` ->
   ``{"result": [[{"document": {"id", "contents"}, "score": s}, ...], ...]}``), with timeouts,
@@ -18,16 +19,11 @@ import urllib.error
 import urllib.request
 from typing import Protocol, runtime_checkable
 
-from envs.search.bm25 import (
-    FORMAT_VERSION,
-    BM25Scorer,
-    build_index,
-    default_cache_dir,
-    file_sha256,
-    load_index,
-    save_index,
-)
-from envs.search.corpus import Passage, read_corpus_jsonl
+import numpy as np
+
+from envs.bm25 import BM25
+from envs.search.bm25 import FORMAT_VERSION, analyzer, default_cache_dir, file_sha256
+from envs.search.corpus import CorpusFile, Passage, iter_corpus_jsonl
 
 
 class RetrieverError(RuntimeError):
@@ -53,11 +49,13 @@ def _check_queries(queries: list[str], topk: int) -> None:
 
 
 class BM25Retriever:
-    """Embedded BM25 (k1=0.9, b=0.4 by default, as Pyserini) over a jsonl corpus.
+    """Embedded BM25 (`envs.bm25`; k1=0.9, b=0.4 by default, as Pyserini) over a jsonl corpus.
 
-    The index is cached at ``<cache_dir>/<sha256 of corpus>-sw<0|1>-v<format>.npz``; a stale
-    or unreadable cache file is rebuilt. Passages with zero score are never returned, so a
-    query without any corpus word gives an empty list.
+    The index is cached in ``<cache_dir>/<sha256 of corpus>-sw<0|1>-k<k1>-b<b>-v<format>/``
+    (bm25s's format, memory-mapped when loaded) with the byte span of every corpus line
+    (``spans.npy``): passages are read from the corpus file on demand, so neither the corpus
+    nor the index has to fit in memory. A stale or unreadable cache is rebuilt. Passages with
+    zero score are never returned, so a query without any corpus word gives an empty list.
     """
 
     def __init__(
@@ -73,18 +71,35 @@ class BM25Retriever:
         self.corpus_path = os.fspath(corpus_path)
         if not os.path.isfile(self.corpus_path):
             raise FileNotFoundError(f"BM25 corpus not found: {self.corpus_path}")
-        self.docs = read_corpus_jsonl(self.corpus_path)
         sha = file_sha256(self.corpus_path)
-        meta = {"format": FORMAT_VERSION, "corpus_sha256": sha, "stopwords": bool(stopwords), "num_docs": len(self.docs)}
+        meta = {"format": FORMAT_VERSION, "corpus_sha256": sha, "stopwords": bool(stopwords), "k1": k1, "b": b}
         cache_dir = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.cache_path = os.path.join(cache_dir, f"{sha}-sw{int(bool(stopwords))}-v{FORMAT_VERSION}.npz")
-        index = load_index(self.cache_path, meta) if use_cache else None
+        self.cache_path = os.path.join(cache_dir, f"{sha}-sw{int(bool(stopwords))}-k{k1:g}-b{b:g}-v{FORMAT_VERSION}")
+        spans_path = os.path.join(self.cache_path, "spans.npy")
+        index = spans = None
+        if use_cache and os.path.exists(spans_path):
+            try:
+                spans = np.load(spans_path, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError):
+                spans = None
+            if spans is not None:
+                index = BM25.load(self.cache_path, analyzer(stopwords), {**meta, "num_docs": len(spans)})
         self.loaded_from_cache = index is not None
         if index is None:
-            index = build_index([d["contents"] for d in self.docs], stopwords=stopwords)
+            rows: list[tuple[int, int]] = []
+
+            def contents():
+                for offset, length, doc in iter_corpus_jsonl(self.corpus_path):
+                    rows.append((offset, length))
+                    yield doc["contents"]
+
+            index = BM25.build(contents(), analyzer(stopwords), k1=k1, b=b)
+            spans = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
             if use_cache:
-                save_index(index, self.cache_path, meta)
-        self.scorer = BM25Scorer(index, k1=k1, b=b, stopwords=stopwords)
+                index.save(self.cache_path, {**meta, "num_docs": len(spans)})
+                np.save(spans_path, spans, allow_pickle=False)
+        self.index = index
+        self.docs = CorpusFile(self.corpus_path, spans)
 
     @property
     def num_docs(self) -> int:
@@ -94,8 +109,9 @@ class BM25Retriever:
         _check_queries(queries, topk)
         out = []
         for q in queries:
-            hits = self.scorer.top(q, topk)
-            out.append([Passage(self.docs[i]["id"], self.docs[i]["contents"], s) for i, s in hits])
+            hits = self.index.top(q, topk)
+            docs = [self.docs[i] for i, _ in hits]
+            out.append([Passage(d["id"], d["contents"], s) for d, (_, s) in zip(docs, hits)])
         return out
 
 

@@ -1,6 +1,7 @@
 """Search-R1 compatible retrieval server over the embedded BM25 index (standard library only).
 
     python -m envs.search.server --corpus corpus.jsonl --port 8000 [--host 127.0.0.1] [--topk 3]
+        [--backlog 4096] [--workers 32]
 
 ``POST /retrieve`` accepts ``{"queries": [str, ...]}`` (Search-R1's retrieval_server.py) or
 ``{"query": str}``, plus optional ``"topk"`` (int, default --topk) and ``"return_scores"``
@@ -13,14 +14,17 @@ HTTP 400 ``{"error": "..."}``. ``GET /health`` answers ``{"status": "ok", "num_d
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from envs.search.data import default_corpus_path
 from envs.search.retriever import BM25Retriever, Retriever
 
+DEFAULT_BACKLOG = 4096
+DEFAULT_WORKERS = 32
 MAX_BODY_BYTES = 16 << 20
 MAX_TOPK = 1000
 MAX_QUERIES = 4096
@@ -74,6 +78,10 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: RetrievalHTTPServer
 
+    def setup(self):
+        self.timeout = self.server.idle_timeout  # socket timeout: an idle keep-alive connection ends
+        super().setup()
+
     def _send(self, code: int, obj: dict) -> None:
         data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
         self.send_response(code)
@@ -118,14 +126,40 @@ class _Handler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
 
-class RetrievalHTTPServer(ThreadingHTTPServer):
-    """Threaded HTTP server holding one retriever (searches are read-only, thread-safe)."""
+class RetrievalHTTPServer(HTTPServer):
+    """HTTP server holding one retriever (searches are read-only, thread-safe).
 
-    daemon_threads = True
+    Load: the listen backlog is ``backlog`` (default 4096; the standard library's is 5, which
+    resets connections when many clients connect at once; the kernel caps it at
+    net.core.somaxconn), and accepted connections wait in the queue of a pool of ``workers``
+    threads (default 32) rather than each getting a thread. An idle keep-alive connection is
+    closed after ``idle_timeout`` seconds so that it does not hold a worker.
+    """
 
-    def __init__(self, address: tuple[str, int], retriever: Retriever, default_topk: int = 3, verbose: bool = False):
+    def __init__(self, address: tuple[str, int], retriever: Retriever, default_topk: int = 3, verbose: bool = False,
+                 *, backlog: int = DEFAULT_BACKLOG, workers: int = DEFAULT_WORKERS, idle_timeout: float = 10.0):
+        if backlog < 1 or workers < 1 or idle_timeout <= 0:
+            raise ValueError("need backlog >= 1, workers >= 1 and idle_timeout > 0")
         self.retriever, self.default_topk, self.verbose = retriever, default_topk, verbose
+        self.request_queue_size, self.idle_timeout = backlog, idle_timeout
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="retrieve")
         super().__init__(address, _Handler)
+
+    def process_request(self, request, client_address):
+        """Queue the connection for a worker (the accept loop goes straight back to accepting)."""
+        self._pool.submit(self._serve_connection, request, client_address)
+
+    def _serve_connection(self, request, client_address):
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+    def server_close(self):
+        super().server_close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     @property
     def url(self) -> str:
@@ -152,12 +186,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--topk", type=int, default=3, help="default topk when a request gives none")
     p.add_argument("--no-stopwords", action="store_true", help="keep English stop words in the index")
-    p.add_argument("--cache-dir", default=None, help="BM25 index cache (default ~/.cache/seed_jax/bm25)")
+    p.add_argument("--cache-dir", default=None, help="BM25 index cache (default $SEED_JAX_CACHE/bm25, ~/.cache/seed_jax/bm25)")
     p.add_argument("--verbose", action="store_true", help="log every request")
+    p.add_argument("--backlog", type=int, default=DEFAULT_BACKLOG, help="listen backlog (capped by net.core.somaxconn)")
+    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="threads serving connections")
     args = p.parse_args(argv)
     corpus = args.corpus or default_corpus_path()
     retriever = BM25Retriever(corpus, stopwords=not args.no_stopwords, cache_dir=args.cache_dir)
-    server = RetrievalHTTPServer((args.host, args.port), retriever, args.topk, verbose=args.verbose)
+    server = RetrievalHTTPServer((args.host, args.port), retriever, args.topk, verbose=args.verbose,
+                                 backlog=args.backlog, workers=args.workers)
     print(f"serving {retriever.num_docs} passages from {corpus} at {server.url}", file=sys.stderr, flush=True)
     try:
         server.serve_forever()

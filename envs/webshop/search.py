@@ -9,8 +9,8 @@ light plural stemmer (``ies`` -> ``y``; ``xes/ches/shes/sses`` -> drop ``es``; t
 except ``ss``/``us``/``is`` dropped). Lucene uses a Porter stemmer; this lighter one is a
 simplification.
 
-Score (Lucene BM25, pyserini defaults ``k1 = 0.9``, ``b = 0.4``), summed over query terms
-(with repetition):
+Score: Lucene BM25 of `envs.bm25` (the search environment's too; pyserini defaults ``k1 = 0.9``,
+``b = 0.4``), summed over query terms (with repetition):
 ``idf(t) * tf / (tf + k1 * (1 - b + b * dl / avgdl))``,
 ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))``. Documents with score > 0 are ranked by
 score, ties by catalog order; the top ``SEARCH_RETURN_N = 50`` are returned, shown
@@ -19,10 +19,12 @@ score, ties by catalog order; the top ``SEARCH_RETURN_N = 50`` are returned, sho
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from envs.bm25 import BM25
 
 SEARCH_RETURN_N = 50
 PRODUCT_WINDOW = 10
@@ -60,43 +62,25 @@ def product_document(title: str, description: str, bullet_points: Sequence[str],
 
 
 class BM25Index:
-    """In-memory BM25 index over (doc_id, text) pairs."""
+    """BM25 over (doc_id, text) pairs: `envs.bm25.BM25` with this module's `analyze`, in memory,
+    float64 scores (a catalog is small)."""
 
     def __init__(self, docs: Iterable[tuple[str, str]], k1: float = K1, b: float = B):
-        self.k1, self.b = k1, b
-        self.doc_ids: list[str] = []
-        self.doc_len: list[int] = []
-        self.postings: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for i, (doc_id, text) in enumerate(docs):
-            terms = Counter(analyze(text))
-            self.doc_ids.append(doc_id)
-            self.doc_len.append(sum(terms.values()))
-            for term, tf in terms.items():
-                self.postings[term].append((i, tf))
-        self.n_docs = len(self.doc_ids)
-        self.avgdl = (sum(self.doc_len) / self.n_docs) if self.n_docs else 0.0
+        pairs = list(docs)
+        self.doc_ids: list[str] = [doc_id for doc_id, _ in pairs]
+        self.bm25 = BM25.build((text for _, text in pairs), analyze, k1=k1, b=b, dtype="float64")
 
-    def idf(self, term: str) -> float:
-        df = len(self.postings.get(term, ()))
-        return math.log(1.0 + (self.n_docs - df + 0.5) / (df + 0.5))
+    @property
+    def n_docs(self) -> int:
+        return len(self.doc_ids)
 
-    def scores(self, query: str) -> dict[int, float]:
-        """Doc index -> BM25 score, for documents sharing at least one term with `query`."""
-        out: dict[int, float] = defaultdict(float)
-        for term in analyze(query):
-            postings = self.postings.get(term)
-            if not postings:
-                continue
-            idf = self.idf(term)
-            for i, tf in postings:
-                norm = self.k1 * (1.0 - self.b + self.b * self.doc_len[i] / self.avgdl)
-                out[i] += idf * tf / (tf + norm)
-        return out
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every document for `query`, float64 [N]."""
+        return self.bm25.scores(query)
 
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[str]:
-        """Top-k doc ids by score (ties by insertion order)."""
-        ranked = sorted(((-s, i) for i, s in self.scores(query).items() if s > 0))
-        return [self.doc_ids[i] for _, i in ranked[:k]]
+        """Top-k doc ids by score (score > 0; ties by insertion order)."""
+        return [self.doc_ids[i] for i, _ in self.bm25.top(query, k)]
 
 
 def page_slice(items: Sequence[str], page: int, window: int = PRODUCT_WINDOW) -> list[str]:

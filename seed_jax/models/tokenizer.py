@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 from seed_jax.models.model import resolve_model_path
@@ -32,7 +33,17 @@ def load_tokenizer(path=None):
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("SEED_JAX_CACHE", Path.home() / ".cache" / "seed_jax"))
+    """The cache root: ``$SEED_JAX_CACHE``, else the deprecated ``$SEED_JAX_CACHE_DIR`` (with a
+    FutureWarning), else ``$XDG_CACHE_HOME/seed_jax``, else ``~/.cache/seed_jax`` (the rule of
+    ``envs.cache.cache_root``, which the library's model layer may not import)."""
+    root, old = os.environ.get("SEED_JAX_CACHE"), os.environ.get("SEED_JAX_CACHE_DIR")
+    if old:
+        what = "ignored: $SEED_JAX_CACHE is set" if root else "read for now; rename it to $SEED_JAX_CACHE"
+        warnings.warn(f"$SEED_JAX_CACHE_DIR is deprecated ({what})", FutureWarning, stacklevel=2)
+        root = root or old
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "seed_jax"
 
 
 def _gguf_tokenizer(path: Path):

@@ -26,12 +26,12 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 from seed_jax.metrics import StageProgress
-from seed_jax.pipeline.annotator import OpenAIChat
+from seed_jax.pipeline.annotator import OpenAIChat, annotate_many
 from seed_jax.pipeline.heuristic_annotator import heuristic_skill
 from seed_jax.pipeline.skill_bank import SkillBank
 from seed_jax.rollout.analyzer import analyze_trajectories
 from seed_jax.rollout.trajectory import Trajectory
-from seed_jax.skills import SkillParse, annotate, parse_skill, render_analyzer_prompt
+from seed_jax.skills import SkillParse, parse_skill, render_analyzer_prompt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,17 +110,18 @@ def self_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
 
 
 def openai_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
+    """``ctx.openai``: ``base_url`` ('' = ``$OPENAI_BASE_URL``), ``model``, ``api_key_env``,
+    ``max_repairs``, ``max_concurrency`` (requests in flight), ``reasoning`` (auto | yes | no)
+    and ``log_path`` (the resumable jsonl log; None = none), see `seed_jax.pipeline.annotator`."""
     o = dict(ctx.openai)
-    chat = OpenAIChat(o["base_url"], o["model"], o.get("api_key_env", "OPENAI_API_KEY"),
-                      max_tokens=ctx.max_new_tokens)
+    chat = OpenAIChat(o.get("base_url", ""), o["model"], o.get("api_key_env", "OPENAI_API_KEY"),
+                      max_tokens=ctx.max_new_tokens, reasoning=str(o.get("reasoning", "auto")))
     todo = analyzable(trajs)
     prompts, cut = ctx.prompts(todo)
-    parses = {}
-    bar = StageProgress(len(todo), "annotate")
-    for t in todo:
-        parses[t.traj_id], _ = annotate(prompts[t.traj_id], chat, int(o.get("max_repairs", 2)))
-        bar.update(1)
-    bar.close()
+    with StageProgress(len(todo), "annotate") as bar:
+        parses = annotate_many(prompts, chat, max_repairs=int(o.get("max_repairs", 2)),
+                               max_concurrency=int(o.get("max_concurrency", 8)), log_path=o.get("log_path"),
+                               on_done=lambda: bar.update(1))
     return Analysis.from_parses(parses, prompts, cut)
 
 

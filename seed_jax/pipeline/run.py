@@ -98,7 +98,8 @@ def wandb_settings(config) -> WandbSettings | None:
 RESULT_NEUTRAL_KEYS = frozenset({
     "stages", "env.num_workers", "env.step_timeout_s", "eval.checkpoint", "rl.checkpoint_every",
     "rl.keep_checkpoints", "rl.eval_every", "rl.audit_gates", "rl.transcripts_per_update", "stage1.openai_api_key_env",
-    "model.remat", "tracking.wandb", "tracking.wandb_project", "tracking.wandb_entity", "tracking.wandb_mode",
+    "stage1.openai_max_concurrency", "model.remat", "tracking.wandb", "tracking.wandb_project", "tracking.wandb_entity",
+    "tracking.wandb_mode",
     "mesh.data", "mesh.fsdp", "mesh.tensor"})
 
 

@@ -71,7 +71,10 @@ def annotate_stage(run: Run) -> dict:
                           max_new_tokens=c.stage1.max_answer_tokens, batch_size=c.analysis.batch_size, policy=policy,
                           bench=run.bench, seed=c.seed,
                           openai={"base_url": c.stage1.openai_base_url, "model": c.stage1.openai_model,
-                                  "api_key_env": c.stage1.openai_api_key_env, "max_repairs": c.stage1.max_repairs})
+                                  "api_key_env": c.stage1.openai_api_key_env, "max_repairs": c.stage1.max_repairs,
+                                  "max_concurrency": c.stage1.openai_max_concurrency,
+                                  "reasoning": c.stage1.openai_reasoning,
+                                  "log_path": run.path("stage1", "annotations.jsonl")})
     analysis = get_analyzer(c.stage1.analyzer)(trajs, ctx)
     parses, prompts = analysis.parses, analysis.prompts
     records = [SkillRecord.from_parse(t, prompts[t.traj_id], parses[t.traj_id], thr)

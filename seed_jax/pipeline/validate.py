@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -12,6 +13,7 @@ from pathlib import Path
 from seed_jax.losses import ADVANTAGE_ESTIMATORS, PENALTY_MODES
 from seed_jax.metrics import WANDB_MODES
 from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
+from seed_jax.pipeline.annotator import REASONING_SWITCH
 from seed_jax.pipeline.environments import missing_data
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.runtime import train_config
@@ -37,7 +39,7 @@ def validate(config) -> None:
         bad("stages", f"must be a comma-separated subset of {STAGES}")
     positive = ["rollout.group_size", "rollout.max_steps", "rollout.max_prompt_tokens",
                 "rollout.max_response_tokens", "rollout.chunk", "stage1.num_tasks", "stage1.group_size",
-                "stage1.sft_batch_size", "stage1.sft_micro_batch_size", "stage1.max_answer_tokens",
+                "stage1.sft_batch_size", "stage1.openai_max_concurrency", "stage1.sft_micro_batch_size", "stage1.max_answer_tokens",
                 "analysis.max_new_tokens", "analysis.max_prompt_tokens", "analysis.batch_size",
                 "rl.tasks_per_update", "rl.mini_batch_size", "rl.epochs", "rl.checkpoint_every",
                 "rl.keep_checkpoints", "train.micro_batch_size", "model.random_layers", "model.random_hidden"]
@@ -79,8 +81,12 @@ def validate(config) -> None:
         bad("stage1.analyzer", "must be self | openai | scripted | heuristic")
     if config.analysis.analyzer not in RL_ONLINE_ANALYZERS:
         bad("analysis.analyzer", "must be self | heuristic")
-    if config.stage1.analyzer == "openai" and not (config.stage1.openai_base_url and config.stage1.openai_model):
-        bad("stage1.openai_base_url", "the openai analyzer needs stage1.openai_base_url and stage1.openai_model")
+    if config.stage1.analyzer == "openai" and not (config.stage1.openai_base_url or os.environ.get("OPENAI_BASE_URL")):
+        bad("stage1.openai_base_url", "the openai analyzer needs stage1.openai_base_url or $OPENAI_BASE_URL")
+    if config.stage1.analyzer == "openai" and not config.stage1.openai_model:
+        bad("stage1.openai_model", "the openai analyzer needs stage1.openai_model")
+    if config.stage1.openai_reasoning not in REASONING_SWITCH:
+        bad("stage1.openai_reasoning", f"must be one of {' | '.join(REASONING_SWITCH)}")
     if config.model.dtype not in ("float32", "bfloat16") or config.model.param_dtype not in ("float32", "bfloat16"):
         bad("model.dtype", "model.dtype and model.param_dtype must be float32 or bfloat16")
     if config.env.name == "search" and config.env.retriever not in ("bm25", "http"):
