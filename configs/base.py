@@ -57,6 +57,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.rollout.top_p = 1.0
     c.rollout.top_k = 0
     c.rollout.chunk = 32
+    c.rollout.wave_rows = 0  # most episodes per sampler call (0: every live episode in one call)
+    c.sampler = ml_collections.ConfigDict()
+    c.sampler.backend = "auto"  # auto (unrolled on one CPU device, else scan) | unrolled | scan
+    c.sampler.tensor_parallel = 1  # scan: the sampler copy split by heads over this many devices
+    c.sampler.prefill_scratch_mb = 1024  # scan: per-device scratch of one prefill row chunk
 
     c.stage1 = ml_collections.ConfigDict()
     c.stage1.num_tasks = 180

@@ -87,7 +87,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     """
     if stages is not None:
         config.stages = stages
-    validate(config)
+    validate(config, hosts=jax.process_count())
     check_inputs(config, preset)
     workdir = Path(workdir).absolute()
     relaunch = check_relaunch(config, workdir, force)

@@ -179,7 +179,7 @@ def decoder_path(path) -> str:
 def resolve_layout(spec: SamplerSpec | None = None) -> Layout:
     """The `Layout` a `SamplerSpec` (None: the default one) asks for on this host."""
     spec = spec or SamplerSpec()
-    devices = list(spec.devices) if spec.devices is not None else jax.local_devices()
+    devices = sorted(spec.devices if spec.devices is not None else jax.local_devices(), key=lambda d: d.id)
     backend = spec.backend
     if backend == "auto":
         backend = "unrolled" if len(devices) == 1 and devices[0].platform == "cpu" else "scan"
@@ -233,24 +233,52 @@ class _SamplerCopy:
         return tree
 
 
+def local_replica(params):
+    """``params`` whole on this host's first device. Leaves sharded over several hosts are made
+    whole by one compiled gather (device to device, never through host memory), so with such
+    leaves every host calls this together."""
+    leaves = jax.tree.leaves(params)
+    if all(not isinstance(a, jax.Array) or a.is_fully_addressable for a in leaves):
+        return params
+    sharded = [a for a in leaves if not a.is_fully_replicated]
+    if sharded:
+        whole = NamedSharding(sharded[0].sharding.mesh, P())
+        params = jax.jit(lambda p: p, out_shardings=whole)(params)
+    return jax.tree.map(lambda a: a.addressable_data(0), params)
+
+
 def _make_sampler_params(params, cfg: ModelConfig, layout: Layout):
     if layout.backend == "unrolled":
-        return _decode_params(params, cfg)
+        return _decode_params(local_replica(params), cfg)
     dtype = resolve_dtype(cfg.dtype)
     shapes = jax.eval_shape(lambda p: scan_cache.sampler_tree(p, cfg, dtype), params)
     specs = layout.weight_specs(cfg, shapes)
     leaves = jax.tree.leaves(params)
-    local = all(not isinstance(a, jax.Array) or a.is_fully_addressable for a in leaves)
-    if local:
-        out = jax.tree.map(lambda s: NamedSharding(layout.mesh, s), specs)
-        return jax.jit(lambda p: scan_cache.sampler_tree(p, cfg, dtype), out_shardings=out)(params)
-    return _gather_to_local(params, cfg, layout, specs, dtype)
+    if not all(not isinstance(a, jax.Array) or a.is_fully_addressable for a in leaves):
+        return _gather_to_local(params, cfg, layout, specs, dtype)
+    mesh_devices = set(layout.mesh.devices.flat)
+    if any(isinstance(a, jax.Array) and a.committed and set(a.devices()) != mesh_devices for a in leaves):
+        params = jax.device_put(params, NamedSharding(layout.mesh, P()))  # e.g. a copy on one device
+    out = jax.tree.map(lambda s: NamedSharding(layout.mesh, s), specs)
+    return jax.jit(lambda p: scan_cache.sampler_tree(p, cfg, dtype), out_shardings=out)(params)
+
+
+def prepare_sampler(params, cfg: ModelConfig, sampler: SamplerSpec | None = None):
+    """The sampler's copy of ``params`` for ``sampler``'s layout, made now and kept for the
+    `generate` calls on the same ``params`` (`_SamplerCopy`).
+
+    With parameters sharded over several hosts the copy is gathered by a collective, so every
+    host calls this at the same point (once per params version), before any `generate` on
+    them; a host that then has nothing to sample skips `generate` without holding the others.
+    """
+    return _SamplerCopy.get(params, cfg, resolve_layout(sampler))
 
 
 def _gather_to_local(params, cfg: ModelConfig, layout: Layout, specs, dtype):
     """Multi-host: the sampler copy made on a global ``('rows', 'heads')`` mesh of every device
     (device to device, compute dtype; never through host memory), then each host's shards
-    re-wrapped as arrays of its own ``layout.mesh``."""
+    re-wrapped as arrays of its own ``layout.mesh`` (this host's devices, sorted by id as the
+    global mesh orders them, so each device keeps its 'heads' coordinate)."""
     t = layout.head_shards
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     gmesh = Mesh(np.asarray(devices, dtype=object).reshape(len(devices) // t, t), ("rows", "heads"))

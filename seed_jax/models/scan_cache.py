@@ -17,13 +17,12 @@ that one compiled layer body serves every depth (compile time independent of
 
 The block maths is the decoder's (`decoder.Block`): ``x += o(Attn(RMSNorm(x)))``,
 ``x += down(silu(gate(h)) * up(h))`` with ``h = RMSNorm(x)``, rotate-half RoPE, optional qkv
-bias and per-head q/k RMSNorm, grouped-query attention with float32 scores
-``softmax(q k^T / sqrt(D) + mask) v``; matmuls in the weights' dtype.
+bias and per-head q/k RMSNorm, grouped-query attention `decoder.attend` (``cfg.attention``
+picks its implementation); matmuls in the weights' dtype.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -31,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from seed_jax.models.config import ModelConfig
-from seed_jax.models.decoder import apply_rope, attention_mask, rope_inv_freq
+from seed_jax.models.decoder import apply_rope, attend, attention_mask, rope_inv_freq
 
 Shard = Callable[[jax.Array, str], jax.Array]  # (array, role) -> the array constrained to its layout
 
@@ -74,24 +73,6 @@ def _dense(x, p, dtype):
     return y + p["bias"].astype(dtype) if "bias" in p else y
 
 
-def attend(q, k, v, mask):
-    """Grouped-query attention over ``[B, S, K, D]`` keys/values.
-
-    ``q [B, T, H, D]``, ``mask [B, T, S]`` (True: may attend); query head ``h`` reads kv head
-    ``h // (H / K)``. ``softmax(q k^T / sqrt(D))`` in float32, probabilities cast to ``v``'s
-    dtype. Returns ``[B, T, H * D]``.
-    """
-    B, T, H, D = q.shape
-    K = k.shape[2]
-    qg = q.reshape(B, T, K, H // K, D)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k.astype(q.dtype),
-                        preferred_element_type=jnp.float32) / math.sqrt(D)
-    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
-    return out.reshape(B, T, H * D)
-
-
 def _qkv(lp, cfg: ModelConfig, x, positions, dtype, shard: Shard):
     B, T, _ = x.shape
     H, K, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -108,7 +89,8 @@ def _qkv(lp, cfg: ModelConfig, x, positions, dtype, shard: Shard):
 
 
 def _finish_block(lp, cfg: ModelConfig, x, attn, dtype, shard: Shard):
-    x = shard(x + _dense(attn.astype(dtype), lp["self_attn"]["o_proj"], dtype), "hidden")
+    attn = attn.reshape(*attn.shape[:2], -1).astype(dtype)  # [B, T, H, D] -> [B, T, H * D]
+    x = shard(x + _dense(attn, lp["self_attn"]["o_proj"], dtype), "hidden")
     m = lp["mlp"]
     h = _rms(x, lp["post_attention_layernorm"]["scale"], cfg.rms_norm_eps, dtype)
     gate = shard(_dense(h, m["gate_proj"], dtype), "ffn")
@@ -151,7 +133,7 @@ def prefill(sp: dict, cfg: ModelConfig, tokens, positions, kv_mask, cache: Stack
             at = (li, 0, j, 0, 0, 0)
             ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype)[None, :, None], at)
             cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype)[None, :, None], at)
-            attn = attend(q, k.astype(ck.dtype), v.astype(cv.dtype), m)
+            attn = attend(q, k.astype(ck.dtype), v.astype(cv.dtype), m, cfg.attention)
             return (_finish_block(lp, cfg, x, attn, dtype, shard), ck, cv), None
 
         (x, ck, cv), _ = jax.lax.scan(layer, (x, ck, cv), (sp["layers"], jnp.arange(L)))
@@ -186,7 +168,7 @@ def decode_step(sp: dict, cfg: ModelConfig, tokens, positions, kv_mask, cache: S
         ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype)[None], at)
         cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype)[None], at)
         attn = attend(q, jax.lax.dynamic_index_in_dim(ck, li, keepdims=False),
-                      jax.lax.dynamic_index_in_dim(cv, li, keepdims=False), mask)
+                      jax.lax.dynamic_index_in_dim(cv, li, keepdims=False), mask, cfg.attention)
         return (_finish_block(lp, cfg, x, attn, dtype, shard), ck, cv), None
 
     (x, ck, cv), _ = jax.lax.scan(layer, (x, cache.k, cache.v), (sp["layers"], jnp.arange(L)))

@@ -13,7 +13,7 @@ from seed_jax.models.decoder import init_params
 from seed_jax.pipeline.methods import switches
 from seed_jax.rollout.loop import RolloutSettings
 from seed_jax.rollout.pool import open_env_pool
-from seed_jax.sampling import SamplingParams
+from seed_jax.sampling import SamplerSpec, SamplingParams
 from seed_jax.train.config import ConfigError, TrainConfig
 
 # set by train_config below (the run's train.warmup_updates gives warmup_steps)
@@ -93,8 +93,10 @@ def rollout_settings(config, bench, **overrides) -> RolloutSettings:
     sampling = SamplingParams(max_new_tokens=r.max_response_tokens,
                               temperature=overrides.pop("temperature", r.temperature),
                               top_p=r.top_p, top_k=r.top_k, chunk=r.chunk)
+    sampler = SamplerSpec(backend=config.sampler.backend, tensor_parallel=config.sampler.tensor_parallel,
+                          prefill_scratch_bytes=config.sampler.prefill_scratch_mb << 20)
     kw = dict(group_size=r.group_size, max_steps=min(r.max_steps, bench.spec.max_steps),
-              max_prompt_tokens=r.max_prompt_tokens, sampling=sampling,
+              max_prompt_tokens=r.max_prompt_tokens, sampling=sampling, sampler=sampler, wave_rows=r.wave_rows,
               invalid_penalty=bench.spec.invalid_penalty, success_threshold=bench.spec.success_threshold,
               stop_strings=bench.stop_strings)
     kw.update(overrides)

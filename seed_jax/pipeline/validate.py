@@ -12,7 +12,9 @@ from seed_jax.losses import ADVANTAGE_ESTIMATORS, PENALTY_MODES
 from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
 from seed_jax.pipeline.environments import missing_data
 from seed_jax.pipeline.methods import METHODS
+from seed_jax.pipeline.ppo import host_split_error
 from seed_jax.pipeline.runtime import train_config
+from seed_jax.sampling import BACKENDS
 
 STAGES = ("collect", "annotate", "sft", "rl", "eval")
 
@@ -21,8 +23,9 @@ class ConfigValueError(ValueError):
     """A configuration key holds an impossible value (the message names the key)."""
 
 
-def validate(config) -> None:
-    """Raise `ConfigValueError` naming the first impossible key."""
+def validate(config, hosts: int = 1) -> None:
+    """Raise `ConfigValueError` naming the first impossible key (``hosts``: the processes of the
+    run, which split every mini- and micro-batch evenly)."""
 
     def bad(key, msg):
         raise ConfigValueError(f"config.{key}: {msg} (got {_get(config, key)!r})")
@@ -61,6 +64,9 @@ def validate(config) -> None:
         bad("train.micro_batch_size", f"must be <= rl.mini_batch_size ({config.rl.mini_batch_size})")
     if config.rl.mini_batch_size % config.train.micro_batch_size:
         bad("rl.mini_batch_size", f"must be a multiple of train.micro_batch_size ({config.train.micro_batch_size})")
+    split = host_split_error(config.rl.mini_batch_size, config.train.micro_batch_size, hosts)
+    if split:
+        bad("train.micro_batch_size", split)
     if config.rl.advantage_mode not in ADVANTAGE_ESTIMATORS:
         bad("rl.advantage_mode", f"must be one of {sorted(ADVANTAGE_ESTIMATORS)}")
     if config.rl.penalty_mode not in PENALTY_MODES:
@@ -80,6 +86,13 @@ def validate(config) -> None:
         bad("env.retriever", "must be bm25 | http")
     if config.env.name == "search" and config.env.retriever == "http" and not config.env.retriever_url:
         bad("env.retriever_url", "the http retriever needs a URL")
+    if config.sampler.backend not in BACKENDS:
+        bad("sampler.backend", f"must be one of {BACKENDS}")
+    for key in ("sampler.tensor_parallel", "sampler.prefill_scratch_mb"):
+        if _get(config, key) < 1:
+            bad(key, "must be >= 1")
+    if config.rollout.wave_rows < 0:
+        bad("rollout.wave_rows", "must be >= 0 (0: every live episode in one sampler call)")
     for key in ("mesh.fsdp", "mesh.tensor"):
         if _get(config, key) < 1:
             bad(key, "must be >= 1")
