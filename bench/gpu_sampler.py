@@ -90,7 +90,7 @@ def main():
 
     P, N, R = args.prompt, args.new, args.rows
     kv_bytes_per_slot = cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 2  # k and v, bfloat16
-    weight_bytes = n_params * 2 + (cfg.vocab_size * cfg.hidden_size * 2 if cfg.tie_word_embeddings else 0)
+    weight_bytes = n_params * 2  # a tied embedding counts once: the LM head reads it, lookups a few rows
     tp = args.tensor_parallel
     rows_per_dev = R / (len(dev) // tp)
 

@@ -582,3 +582,46 @@ def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperatur
         out_lps.append([float(v) for v in lps[i, :k]])
         reasons.append(reason)
     return GenerationResult(out_ids, texts, out_lps, reasons)
+
+
+def shape_buckets(max_rows: int, max_prompt_tokens: int, layout: Layout,
+                  prompt_buckets: Sequence[int] = BUCKETS) -> list[tuple[int, int]]:
+    """Every ``(rows, prompt_len)`` pair `generate` can compile for calls of at most ``max_rows``
+    prompts of at most ``max_prompt_tokens`` tokens on ``layout``: rows are powers of two
+    (rounded up to a multiple of the row shards), prompt lengths the buckets up to the one that
+    holds ``max_prompt_tokens``."""
+    rows = sorted({round_to_multiple(row_bucket(n), layout.row_shards)
+                   for n in [1 << i for i in range(max(max_rows, 1).bit_length())] + [max_rows]})
+    top = round_up(max_prompt_tokens, prompt_buckets)
+    lens = sorted({b for b in prompt_buckets if b <= top} | {top})
+    return [(r, p) for r in rows for p in lens]
+
+
+def lower_programs(cfg: ModelConfig, layout: Layout, rows: int, prompt_len: int, sp: SamplingParams) -> dict:
+    """The prefill and decode-chunk programs of one ``(rows, prompt_len)`` bucket, lowered from
+    abstract inputs (no parameters or cache allocated): ``{"prefill": Lowered, "decode":
+    Lowered}``, e.g. for ``.compile().memory_analysis()`` in a capacity plan. ``layout``:
+    `resolve_layout` (``scan``: the arguments carry the sampler's shardings)."""
+    shard = None if layout.mesh is None else (lambda spec: NamedSharding(layout.mesh, spec))
+
+    def abstract(shape, dtype, spec=None):
+        spec = P("rows") if spec is None else spec
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=None if shard is None else shard(spec))
+
+    if layout.backend == "scan":
+        dtype = resolve_dtype(cfg.dtype)
+        tree = jax.eval_shape(lambda p: scan_cache.sampler_tree(p, cfg, dtype),
+                              jax.eval_shape(lambda: decoder.init_params(cfg, jax.random.PRNGKey(0))))
+        specs = layout.weight_specs(cfg, tree)
+        uparams = jax.tree.map(lambda a, s: abstract(a.shape, a.dtype, s), tree, specs)
+    else:
+        stacked = jax.eval_shape(lambda: decoder.init_params(cfg, jax.random.PRNGKey(0)))
+        uparams = jax.eval_shape(lambda p: decoder.unstack_layers(p, cfg), stacked)
+    chunks = prefill_chunks(cfg, layout, rows, prompt_len) if layout.backend == "scan" else 1
+    args = (abstract((rows, prompt_len), jnp.int32), abstract((rows, prompt_len), jnp.int32), sp,
+            abstract((rows, 2), jnp.uint32), jax.ShapeDtypeStruct((1,), jnp.int32), abstract((rows,), jnp.bool_))
+    prefill = _prefill.lower(uparams, cfg, *args[:2], args[2], args[3], args[4], args[5], layout, chunks)
+    state = prefill.out_info
+    decode = _decode_chunk.lower(uparams, cfg, state, sp, prompt_len, args[3], args[4],
+                                 jax.ShapeDtypeStruct((), jnp.int32), layout)
+    return {"prefill": prefill, "decode": decode}
