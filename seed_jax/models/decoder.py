@@ -381,6 +381,18 @@ def unstack_layers(params: dict, cfg: ModelConfig, take_layer=None) -> dict:
     return out
 
 
+def cast_to_compute(params, cfg: ModelConfig):
+    """The parameter tree with its floating leaves in the compute dtype ``cfg.dtype``.
+
+    Applied to the (sharded) master weights before use, so that each layer's all-gather moves
+    compute-dtype bytes (half of float32 for bfloat16); gradients flow back through the cast
+    to the master dtype. Identity when the dtypes agree.
+    """
+    dtype = resolve_dtype(cfg.dtype)
+    return jax.tree_util.tree_map(
+        lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) and p.dtype != dtype else p, params)
+
+
 def lm_head_matrix(params: dict, cfg: ModelConfig) -> jax.Array:
     """``[hidden, vocab]`` output projection: ``lm_head`` when the tree has one, else (tied
     embeddings) the transposed embedding."""
