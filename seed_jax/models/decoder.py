@@ -56,10 +56,10 @@ def activation_sharding(mesh, row_axes: Sequence[str] = ("data", "fsdp"), tensor
         _ROWS.reset(token)
 
 
-def row_shards() -> int:
-    """How many ways `constrain_rows` splits a batch (1 outside `activation_sharding`)."""
+def row_context():
+    """``(mesh, row_axes)`` inside `activation_sharding`, else None."""
     ctx = _ROWS.get()
-    return 1 if ctx is None else math.prod(ctx[0].shape[a] for a in ctx[1])
+    return None if ctx is None else ctx[:2]
 
 
 def constrain_rows(x: jax.Array) -> jax.Array:
@@ -407,9 +407,12 @@ def logits_from_hidden(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax
     Under `activation_sharding` the head is gathered whole (in the compute dtype) and the
     logits keep the hidden states' row split: no partial logits are all-reduced."""
     w = gather_weight(lm_head_matrix(params, cfg).astype(resolve_dtype(cfg.dtype)))
-    z = jnp.einsum("bth,hv->btv", constrain_rows(hidden.astype(w.dtype)), w,
-                   preferred_element_type=jnp.float32)
-    return constrain_rows(z)
+    return constrain_rows(project_logits(constrain_rows(hidden), w))
+
+
+def project_logits(hidden: jax.Array, w: jax.Array) -> jax.Array:
+    """``hidden [B, T, H] @ w [H, V]`` in ``w``'s dtype, accumulated in float32."""
+    return jnp.einsum("bth,hv->btv", hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
 
 
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:

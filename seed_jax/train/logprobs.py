@@ -13,8 +13,9 @@ with each chunk rematerialised), so ``[B, R, V]`` logits never exist at once::
 Values at padded response positions are computed but meaningless; mask them.
 
 Under a mesh (`seed_jax.models.decoder.activation_sharding`) the rows stay split over
-('data', 'fsdp') through the head: the head matrix is gathered whole once, each device computes
-the logits of its own rows, and the auto chunk is sized by the rows per device.
+('data', 'fsdp') through the head: the head matrix is gathered whole once per call, each device
+computes the logits of its own rows (no logits cross devices), and the auto chunk is sized by
+the rows per device.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from seed_jax.losses import entropy_from_logits
 from seed_jax.models import decoder
-from seed_jax.models.config import ModelConfig
+from seed_jax.models.config import ModelConfig, resolve_dtype
 from seed_jax.models.decoder import init_params
 from seed_jax.train.mesh import batch_divisor, batch_sharding, tree_shardings
 
@@ -44,14 +46,29 @@ def auto_chunk(batch: int, resp_len: int, vocab: int, budget: int = LOGITS_BUDGE
 def token_logprobs_from_hidden(params, cfg: ModelConfig, hidden: jax.Array, targets: jax.Array,
                                chunk: int | None = None, with_entropy: bool = True):
     """``hidden [B, R, H]`` (already aligned: row j predicts ``targets[:, j]``) ->
-    ``(logp [B, R], entropy [B, R] or None)``, float32, LM head chunked over R (auto: by the
-    rows each device holds, `decoder.row_shards`)."""
+    ``(logp [B, R], entropy [B, R] or None)``, float32, LM head chunked over R.
+
+    Under `decoder.activation_sharding` the head runs per device on its own rows
+    (``shard_map``): the head matrix enters gathered whole, its gradient is summed over the
+    chunks locally and reduced across devices once per call (not once per chunk), and the
+    auto chunk is sized by the rows each device holds.
+    """
+    w = decoder.lm_head_matrix(params, cfg).astype(resolve_dtype(cfg.dtype))
+    head = functools.partial(_head_logprobs, chunk=chunk, with_entropy=with_entropy)
+    rows = decoder.row_context()
+    if rows is None:
+        return head(w, hidden, targets)
+    mesh, axes = rows
+    return jax.shard_map(head, mesh=mesh, in_specs=(P(), P(axes), P(axes)), out_specs=P(axes))(w, hidden, targets)
+
+
+def _head_logprobs(w, hidden, targets, chunk, with_entropy):
+    """`token_logprobs_from_hidden` on one device's rows with the whole head ``w [H, V]``."""
     B, R, H = hidden.shape
-    c = chunk or auto_chunk(max(1, B // decoder.row_shards()), R, cfg.vocab_size)
-    c = min(c, R)
+    c = min(chunk or auto_chunk(B, R, w.shape[1]), R)
 
     def piece(h, t):
-        z = decoder.logits_from_hidden(params, cfg, h)  # [B, c, V] float32
+        z = decoder.project_logits(h, w)  # [B, c, V] float32
         lse = jax.nn.logsumexp(z, axis=-1)
         logp = jnp.take_along_axis(z, t[..., None], axis=-1)[..., 0] - lse
         ent = entropy_from_logits(z) if with_entropy else jnp.zeros_like(logp)
