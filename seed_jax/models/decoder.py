@@ -56,10 +56,10 @@ def activation_sharding(mesh, row_axes: Sequence[str] = ("data", "fsdp"), tensor
         _ROWS.reset(token)
 
 
-def row_shards() -> int:
-    """How many ways `constrain_rows` splits a batch (1 outside `activation_sharding`)."""
+def row_context():
+    """``(mesh, row_axes)`` inside `activation_sharding`, else None."""
     ctx = _ROWS.get()
-    return 1 if ctx is None else math.prod(ctx[0].shape[a] for a in ctx[1])
+    return None if ctx is None else ctx[:2]
 
 
 def constrain_rows(x: jax.Array) -> jax.Array:
@@ -381,6 +381,18 @@ def unstack_layers(params: dict, cfg: ModelConfig, take_layer=None) -> dict:
     return out
 
 
+def cast_to_compute(params, cfg: ModelConfig):
+    """The parameter tree with its floating leaves in the compute dtype ``cfg.dtype``.
+
+    Applied to the (sharded) master weights before use, so that each layer's all-gather moves
+    compute-dtype bytes (half of float32 for bfloat16); gradients flow back through the cast
+    to the master dtype. Identity when the dtypes agree.
+    """
+    dtype = resolve_dtype(cfg.dtype)
+    return jax.tree_util.tree_map(
+        lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) and p.dtype != dtype else p, params)
+
+
 def lm_head_matrix(params: dict, cfg: ModelConfig) -> jax.Array:
     """``[hidden, vocab]`` output projection: ``lm_head`` when the tree has one, else (tied
     embeddings) the transposed embedding."""
@@ -395,9 +407,12 @@ def logits_from_hidden(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax
     Under `activation_sharding` the head is gathered whole (in the compute dtype) and the
     logits keep the hidden states' row split: no partial logits are all-reduced."""
     w = gather_weight(lm_head_matrix(params, cfg).astype(resolve_dtype(cfg.dtype)))
-    z = jnp.einsum("bth,hv->btv", constrain_rows(hidden.astype(w.dtype)), w,
-                   preferred_element_type=jnp.float32)
-    return constrain_rows(z)
+    return constrain_rows(project_logits(constrain_rows(hidden), w))
+
+
+def project_logits(hidden: jax.Array, w: jax.Array) -> jax.Array:
+    """``hidden [B, T, H] @ w [H, V]`` in ``w``'s dtype, accumulated in float32."""
+    return jnp.einsum("bth,hv->btv", hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
 
 
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:

@@ -120,12 +120,15 @@ def build_update_batch(
     with_teacher: bool,
     audit_gates: bool,
     micro_batch_size: int,
+    mesh=None,
     allow_empty: bool = False,
 ) -> UpdateBatch:
     """The update's `UpdateBatch` (module docstring). ``with_teacher``: build the teacher twins
     (a method with skills); the step gets ``teacher_ids`` only when it runs a teacher pass.
-    ``allow_empty`` (several hosts): without any trajectory to train on, the batch has no rows
-    (`empty_seed_batch`) and the host contributes masked padding rows to every step."""
+    With a ``mesh`` the log-prob passes run sharded (rows over ('data', 'fsdp'), parameters by
+    the rules, `seed_jax.train.logprobs.make_logprob_pass`). ``allow_empty`` (several hosts):
+    without any trajectory to train on, the batch has no rows (`empty_seed_batch`) and the host
+    contributes masked padding rows to every step."""
     tc = train_cfg
     if allow_empty and not any(not t.env_error and t.steps for t in trajectories):
         return UpdateBatch(empty_seed_batch(tc), [], [], {})
@@ -134,7 +137,7 @@ def build_update_batch(
     P, Pt, R = samples.prompt_len, samples.teacher_prompt_len, samples.response_len
 
     def logprobs(params, ids, mask, prompt_len):
-        return compute_logprobs(params, model_cfg, ids, mask, prompt_len, R, micro_batch_size)
+        return compute_logprobs(params, model_cfg, ids, mask, prompt_len, R, micro_batch_size, mesh=mesh)
 
     old = logprobs(old_params, samples.student_ids, samples.student_mask, P)
     ref = logprobs(ref_params, samples.student_ids, samples.student_mask, P) if tc.c_kl > 0 else None
