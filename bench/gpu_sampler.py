@@ -1,5 +1,6 @@
 """Sampler throughput on an accelerator: a random Qwen2.5-1.5B-shaped model (bfloat16), 256 rows
-x 512 new tokens after 512-token prompts, scan backend (rows over every local device).
+x 512 new tokens after 512-token prompts, rows over every local device (``--backend scan``:
+scanned layers; ``unrolled``: per-layer weights and caches, compile time linear in depth).
 
 Prints, side by side: prefill time, decode tokens/s, the decode step's HBM-bandwidth bound
 (every weight byte plus the KV cache read once per token step, at ``--hbm-gbps``), the share of
@@ -9,6 +10,7 @@ masked) and the ideal (only the filled slots, ``P + N / 2`` on average).
 
     python bench/gpu_sampler.py [--rows 256] [--prompt 512] [--new 512] [--hbm-gbps 4800]
                                 [--tensor-parallel 1] [--attention reference|dot_product]
+                                [--backend scan|unrolled]
 
 Not run by the tests (it needs an accelerator to mean anything; on CPU use tiny sizes).
 """
@@ -51,6 +53,7 @@ def main():
     ap.add_argument("--hbm-gbps", type=float, default=4800.0, help="device memory bandwidth (H200: 4800)")
     ap.add_argument("--tensor-parallel", type=int, default=1)
     ap.add_argument("--attention", default="reference")
+    ap.add_argument("--backend", default="scan", help="scan | unrolled (per-layer weights and caches)")
     ap.add_argument("--layers", type=int, default=0, help="override the depth (0: 28)")
     args = ap.parse_args()
 
@@ -58,14 +61,14 @@ def main():
                               num_layers=args.layers or QWEN25_15B.num_layers)
     dev = jax.local_devices()
     print(f"devices: {len(dev)} x {dev[0].device_kind}; model: Qwen2.5-1.5B shape, {cfg.num_layers} layers, "
-          f"bfloat16, attention={cfg.attention}")
+          f"bfloat16, attention={cfg.attention}, backend={args.backend}")
     t = time.perf_counter()
     params = jax.jit(init_params, static_argnums=0)(cfg, jax.random.PRNGKey(0))
     jax.block_until_ready(params)
     n_params = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(params))
     print(f"random params: {n_params / 1e9:.2f} B in {time.perf_counter() - t:.1f} s")
     model = Model(cfg, params)
-    spec = SamplerSpec(backend="scan", tensor_parallel=args.tensor_parallel)
+    spec = SamplerSpec(backend=args.backend, tensor_parallel=args.tensor_parallel)
     t = time.perf_counter()
     jax.block_until_ready(prepare_sampler(params, cfg, spec))
     print(f"sampler copy: {time.perf_counter() - t:.2f} s")

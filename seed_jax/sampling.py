@@ -79,8 +79,10 @@ class SamplerSpec:
     """Where and how generation runs (hashable: part of the compiled programs' key).
 
     ``backend``: ``"unrolled"`` is the CPU path (a Python loop over per-layer weights and
-    per-layer ``[B, K, D, S]`` key / ``[B, K, S, D]`` value caches; fastest on one CPU device);
-    ``"scan"`` is the sharded path (`seed_jax.models.scan_cache`: one scanned layer body, a
+    per-layer ``[B, K, D, S]`` key / ``[B, K, S, D]`` value caches; fastest on one CPU device,
+    where the weights are views of the stacked arrays; on several devices or an accelerator a
+    compute-dtype per-layer replica on every device and rows over the devices: no per-step
+    slicing of weights or cache, compile time linear in depth); ``"scan"`` is the sharded path (`seed_jax.models.scan_cache`: one scanned layer body, a
     ``[L, B, S, K, D]`` cache, rows over devices); ``"auto"`` takes ``unrolled`` on one CPU
     device and ``scan`` everywhere else. ``tensor_parallel``: the scan path's sampler copy is
     split over that many devices by heads (and MLP columns, and vocabulary columns of the
@@ -183,15 +185,15 @@ def resolve_layout(spec: SamplerSpec | None = None) -> Layout:
     backend = spec.backend
     if backend == "auto":
         backend = "unrolled" if len(devices) == 1 and devices[0].platform == "cpu" else "scan"
-    if backend == "unrolled":
-        if spec.tensor_parallel != 1:
-            raise ValueError("tensor_parallel needs the scan backend")
-        return Layout("unrolled")
+    if backend == "unrolled" and spec.tensor_parallel != 1:
+        raise ValueError("tensor_parallel needs the scan backend")
+    if backend == "unrolled" and len(devices) == 1 and devices[0].platform == "cpu":
+        return Layout("unrolled")  # weight views, no mesh: the CPU path as it always was
     t = spec.tensor_parallel
     if len(devices) % t:
         raise ValueError(f"tensor_parallel={t} must divide the device count {len(devices)}")
     mesh = Mesh(np.asarray(devices, dtype=object).reshape(len(devices) // t, t), ("rows", "heads"))
-    return Layout("scan", mesh, spec.prefill_scratch_bytes)
+    return Layout(backend, mesh, spec.prefill_scratch_bytes)
 
 
 def prefill_chunks(cfg: ModelConfig, layout: Layout, rows: int, prompt_len: int) -> int:
@@ -248,9 +250,14 @@ def local_replica(params):
 
 
 def _make_sampler_params(params, cfg: ModelConfig, layout: Layout):
-    if layout.backend == "unrolled":
-        return _decode_params(local_replica(params), cfg)
     dtype = resolve_dtype(cfg.dtype)
+    if layout.backend == "unrolled":
+        if layout.mesh is None:
+            return _decode_params(local_replica(params), cfg)
+        # per-layer arrays in the compute dtype, a replica on every device (copied once per version)
+        params = jax.device_put(local_replica(params), NamedSharding(layout.mesh, P()))
+        return jax.jit(lambda p: decoder.unstack_layers(jax.tree.map(lambda a: a.astype(dtype), p), cfg),
+                       out_shardings=NamedSharding(layout.mesh, P()))(params)
     shapes = jax.eval_shape(lambda p: scan_cache.sampler_tree(p, cfg, dtype), params)
     specs = layout.weight_specs(cfg, shapes)
     leaves = jax.tree.leaves(params)
@@ -381,7 +388,7 @@ def _prefill(uparams, cfg: ModelConfig, tokens, mask, sp: SamplingParams, rng, e
     positions = decoder.positions_from_mask(mask)
     kv_mask = shard(jnp.concatenate([mask, jnp.zeros((B, N), mask.dtype)], axis=1), "rows")
     if layout.backend == "unrolled":
-        cache = KVCache.zeros(cfg, B, P + N).split()
+        cache = tuple(KVCache(shard(c.k, "rows"), shard(c.v, "rows")) for c in KVCache.zeros(cfg, B, P + N).split())
         logits, cache = decoder.forward_cached_unrolled(uparams, cfg, tokens, positions, kv_mask, cache,
                                                         0, last_only=True)
         logits = logits[:, -1]
@@ -617,6 +624,8 @@ def lower_programs(cfg: ModelConfig, layout: Layout, rows: int, prompt_len: int,
     else:
         stacked = jax.eval_shape(lambda: decoder.init_params(cfg, jax.random.PRNGKey(0)))
         uparams = jax.eval_shape(lambda p: decoder.unstack_layers(p, cfg), stacked)
+        if shard is not None:  # a compute-dtype replica on every device
+            uparams = jax.tree.map(lambda a: abstract(a.shape, resolve_dtype(cfg.dtype), P()), uparams)
     chunks = prefill_chunks(cfg, layout, rows, prompt_len) if layout.backend == "scan" else 1
     args = (abstract((rows, prompt_len), jnp.int32), abstract((rows, prompt_len), jnp.int32), sp,
             abstract((rows, 2), jnp.uint32), jax.ShapeDtypeStruct((1,), jnp.int32), abstract((rows,), jnp.bool_))

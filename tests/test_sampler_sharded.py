@@ -1,5 +1,6 @@
-"""The sharded sampler (scan backend): rows over 8 fake CPU devices, with and without heads
-split over 2 devices, gives transformers' greedy tokens and the 1-device tokens.
+"""The sharded sampler: rows over 8 fake CPU devices (scan backend, with and without heads split
+over 2 devices; unrolled backend with a per-device replica) gives transformers' greedy tokens
+and the 1-device tokens.
 
 The device count is fixed when JAX starts, so the 8-device runs are a subprocess of this file
 (``python tests/test_sampler_sharded.py OUT.json DIR...`` under
@@ -29,12 +30,14 @@ PROMPTS = [[5, 17, 33, 90, 12, 7, 8, 44, 61], [9, 100, 3], [70, 71, 72, 73, 74, 
 NEW = 14
 # a budget of a few rows' prompt scratch, so that the prompt pass runs in several row chunks
 SMALL_SCRATCH = 12_000
-LAYOUTS = {"rows8": dict(tensor_parallel=1), "rows4_heads2": dict(tensor_parallel=2)}
+LAYOUTS = {"rows8": dict(tensor_parallel=1), "rows4_heads2": dict(tensor_parallel=2),
+           "unrolled_rows8": dict(backend="unrolled")}
 
 
 def _generate(d, tok, **spec):
+    spec = {"backend": "scan", **spec}
     res = generate(load_model(d), tok, PROMPTS, max_new_tokens=NEW, temperature=0.0, chunk=5,
-                   sampler=SamplerSpec(backend="scan", prefill_scratch_bytes=SMALL_SCRATCH, **spec))
+                   sampler=SamplerSpec(prefill_scratch_bytes=SMALL_SCRATCH, **spec))
     return res.token_ids
 
 
@@ -46,6 +49,9 @@ def worker(out: str, dirs: list[str]) -> None:
     got = {}
     for d in dirs:
         for name, spec in LAYOUTS.items():
+            got[f"{d}|{name}"] = _generate(d, tok, **spec)
+            if spec.get("backend") == "unrolled":
+                continue
             layout = resolve_layout(SamplerSpec(backend="scan", **spec))
             model = load_model(d)
             # the cache is created sharded: rows over 'rows' (and kv heads over 'heads')
@@ -55,7 +61,6 @@ def worker(out: str, dirs: list[str]) -> None:
             assert len(shards) == 1 and next(iter(shards))[1] == 8 // layout.row_shards, shards
             if layout.head_shards == 2:
                 assert next(iter(shards))[3] == model.config.num_kv_heads // 2, shards
-            got[f"{d}|{name}"] = _generate(d, tok, **spec)
     Path(out).write_text(json.dumps(got))
 
 
