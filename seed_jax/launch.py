@@ -88,7 +88,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     """
     if stages is not None:
         config.stages = stages
-    validate(config, hosts=jax.process_count())
+    validate(config)
     check_inputs(config, preset)
     workdir = Path(workdir).absolute()
     relaunch = check_relaunch(config, workdir, force)
@@ -111,6 +111,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     setup_xla(config, workdir)  # flags and compilation cache: before any JAX work
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU multi-process collectives
     maybe_initialize_distributed()
+    validate(config, hosts=jax.process_count())  # the host count is known once distributed is up
 
     run = Run(config, workdir)
     write_config(config, workdir)
