@@ -63,8 +63,10 @@ def test_two_process_rl_stage(tmp_path):
 @pytest.mark.slow
 def test_a_host_without_tasks_trains_on_padding_rows(tmp_path):
     """One task per update for two hosts: host 1 samples nothing and contributes masked rows to
-    every optimizer step (instead of raising while host 0 waits in a collective)."""
-    _two_hosts(tmp_path, "--config.rl.tasks_per_update=1")
+    every optimizer step (instead of raising while host 0 waits in a collective). The sampler is
+    the scan backend, whose copy of theta_old every host gathers device to device, then host 0
+    samples on its own device."""
+    _two_hosts(tmp_path, "--config.rl.tasks_per_update=1", "--config.sampler.backend=scan")
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "train/loss" in r]
     assert [r["step"] for r in train] == [0, 1]
