@@ -13,7 +13,11 @@ that one compiled layer body serves every depth (compile time independent of
 * `prefill` runs the prompt in ``chunks`` groups of rows (a `jax.lax.fori_loop`): chunk ``j``
   holds rows ``i * chunks + j``, so every row shard works on every chunk, and the attention
   scores ``[B / chunks, K, G, P, P]`` (float32) are the largest scratch, whatever ``B``;
-* `decode_step` runs one token for every row against the whole cache.
+* `decode_step` runs one token for every row against the whole cache (every slot, masked).
+  Each layer reads its ``[B, S, K, D]`` slice of the stacked cache by a dynamic index; where
+  the compiler does not fuse that slice into the attention product it is copied once per layer
+  and step, which adds up to twice the cache's bytes to the step's memory traffic (the
+  ``unrolled`` backend of `seed_jax.sampling`, per-layer arrays, has no such slice).
 
 The block maths is the decoder's (`decoder.Block`): ``x += o(Attn(RMSNorm(x)))``,
 ``x += down(silu(gate(h)) * up(h))`` with ``h = RMSNorm(x)``, rotate-half RoPE, optional qkv
