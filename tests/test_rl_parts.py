@@ -8,12 +8,14 @@ import math
 import numpy as np
 import pytest
 
+from configs.search import get_config
 from seed_jax.buckets import BUCKETS, round_to_multiple, round_up, row_bucket
 from seed_jax.losses import TokenSum
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer, rl_analyzer, shuffle_skills, static_analyzer
-from seed_jax.pipeline.ppo import mini_batch_rows, ppo_epochs
+from seed_jax.pipeline.ppo import host_split_error, mini_batch_rows, ppo_epochs
 from seed_jax.pipeline.skill_bank import SkillBank
 from seed_jax.pipeline.update_batch import gate_audit
+from seed_jax.pipeline.validate import ConfigValueError, validate
 from seed_jax.rollout.batch import RowInfo
 from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.train.batch import SeedBatch, pack_rows
@@ -38,10 +40,27 @@ def test_buckets_by_hand():
     assert [round_to_multiple(n, 4) for n in (0, 1, 4, 5)] == [0, 4, 4, 8]
 
 
+# (rows on a host, rl.mini_batch_size, train.micro_batch_size, hosts) -> rows per mini-batch on a host;
+# by hand: min(mini / hosts, rows) up to a multiple of micro / hosts, so hosts x M = the global mini-batch
 @pytest.mark.parametrize("rows,mini,micro,hosts,want", [
-    (10, 256, 4, 1, 12), (300, 256, 16, 1, 256), (300, 256, 16, 2, 128), (5, 8, 2, 1, 6), (3, 256, 16, 4, 16)])
+    (10, 256, 4, 1, 12), (300, 256, 16, 1, 256), (5, 8, 2, 1, 6), (0, 256, 16, 1, 16),
+    (300, 256, 16, 2, 128), (3, 256, 16, 2, 8), (100, 256, 16, 2, 104),
+    (300, 256, 16, 4, 64), (3, 256, 16, 4, 4), (0, 256, 16, 4, 4), (70, 256, 16, 4, 64)])
 def test_mini_batch_rows(rows, mini, micro, hosts, want):
-    assert mini_batch_rows(rows, mini, micro, hosts) == want
+    M = mini_batch_rows(rows, mini, micro, hosts)
+    assert M == want
+    assert (M * hosts) % micro == 0 and M * hosts <= max(mini, micro)  # whole global micro-batches, never more
+
+
+@pytest.mark.parametrize("mini,micro,hosts", [(256, 16, 3), (256, 2, 4), (250, 16, 1)])
+def test_uneven_host_split_is_rejected(mini, micro, hosts):
+    assert host_split_error(mini, micro, hosts)
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        mini_batch_rows(64, mini, micro, hosts)
+    c = get_config("tiny")
+    c.rl.mini_batch_size, c.train.micro_batch_size = mini, micro
+    with pytest.raises(ConfigValueError, match="micro_batch_size"):
+        validate(c, hosts=hosts)
 
 
 def _seed_batch(n, R=3, P=2):

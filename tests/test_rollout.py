@@ -198,3 +198,45 @@ def test_env_error_trajectories_are_excluded_from_the_batch(tiny_policy, smol_to
     assert batch.teacher_ids is None
     with pytest.raises(ValueError, match="no trajectory"):
         build_batch([trajs[1]], {}, make_prompt_encoder(smol_tokenizer), BatchSettings(64, 8), pad_id=0)
+
+
+def test_waves_give_the_same_episodes_as_one_batch(tiny_policy, smol_tokenizer, monkeypatch):
+    """Reference: the same rollout with every live episode in one `generate` call. Sampling at
+    temperature 1 draws per episode (its slot names its random stream), so cutting the live
+    episodes into waves of 2 or 4 rows changes no token, text, log-prob or reward."""
+    import seed_jax.rollout.loop as loop
+
+    factory, tasks, spec, stops = _search()
+    calls = []
+
+    def counted(model, tok, prompts, **kw):
+        calls.append(len(prompts))
+        return real(model, tok, prompts, **kw)
+
+    real = loop.generate
+    monkeypatch.setattr(loop, "generate", counted)
+
+    def run(wave_rows):
+        settings = RolloutSettings(group_size=3, max_steps=2, max_prompt_tokens=1024, wave_rows=wave_rows,
+                                   sampling=SamplingParams(max_new_tokens=10, temperature=1.0),
+                                   invalid_penalty=spec.invalid_penalty, success_threshold=spec.success_threshold,
+                                   stop_strings=stops)
+        calls.clear()
+        with open_env_pool(factory, num_workers=0, seed=0) as pool:
+            trajs = run_rollouts(pool, tiny_policy, smol_tokenizer, tasks, settings, seed=5, progress=False)
+        return trajs, list(calls)
+
+    one, one_calls = run(0)
+    assert one_calls[0] == 6
+    for rows in (2, 4):
+        got, got_calls = run(rows)
+        assert max(got_calls) <= rows and len(got_calls) > len(one_calls)
+        assert [t.traj_id for t in got] == [t.traj_id for t in one]
+        for a, b in zip(got, one):
+            assert (a.episode_reward, a.won, len(a.steps)) == (b.episode_reward, b.won, len(b.steps))
+            for sa, sb in zip(a.steps, b.steps):
+                assert sa.response_ids == sb.response_ids and sa.response_text == sb.response_text
+                assert sa.reward == sb.reward and sa.prompt_ids == sb.prompt_ids
+                np.testing.assert_allclose(sa.response_logprobs, sb.response_logprobs, atol=1e-5)
+    # and the sampled responses are not all alike (a test of the per-episode streams)
+    assert len({tuple(t.steps[0].response_ids) for t in one}) > 1

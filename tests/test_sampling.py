@@ -14,7 +14,7 @@ import torch
 
 from envs.actions import THINK_TAGS, parse_action
 from seed_jax.models import load_model
-from seed_jax.sampling import SamplingParams, _find_stop, generate, sample_token
+from seed_jax.sampling import SamplerSpec, SamplingParams, _find_stop, generate, sample_token
 from tests.conftest import TINY_KINDS
 
 PROMPTS = [[5, 17, 33, 90, 12, 7, 8, 44, 61], [9, 100, 3], [70, 71, 72, 73, 74, 75]]
@@ -163,3 +163,46 @@ def test_sampling_params_fields_are_generate_keywords():
     for f in dataclasses.fields(SamplingParams):
         assert keywords[f.name].kind is inspect.Parameter.KEYWORD_ONLY
         assert keywords[f.name].default == f.default
+
+
+def test_stop_window_filter_never_hides_a_new_stop(smol_tokenizer):
+    """Reference: `_find_stop` on the whole decoded text. For every prefix split (``checked``
+    tokens seen, the rest new) of texts with stop strings at varied places, a stop string that
+    first appears after ``checked`` is seen by the window filter that spares the full decode."""
+    from seed_jax.sampling import _tail_may_stop
+
+    stops = ("</action>", "</answer>")
+    texts = ["<think>maybe <action>look</action>?</think><action>go to desk 1</action> and more",
+             "plain text then </ans" + "wer> at the end", "ünïcödé ✓✓ before </action>✓ after",
+             "<action>open drawer 2</action>" + " filler" * 30 + "</answer>"]
+    for text in texts:
+        ids = smol_tokenizer(text, add_special_tokens=False)["input_ids"]
+        for checked in range(len(ids)):
+            for end in range(checked + 1, len(ids) + 1):
+                row = ids[:end]
+                new = _find_stop(smol_tokenizer, row, stops, checked + 1, None)
+                seen_before = _find_stop(smol_tokenizer, ids[:checked], stops, 0, None) if checked else None
+                if new is not None and seen_before is None:
+                    assert _tail_may_stop(smol_tokenizer, row, stops, checked), (text, checked, end)
+    # and the filter does spare rows: no stop string anywhere near the new tokens
+    ids = smol_tokenizer("</action> " + "word " * 40, add_special_tokens=False)["input_ids"]
+    assert not _tail_may_stop(smol_tokenizer, ids, stops, len(ids) - 4)
+
+
+def test_sampler_copy_is_made_once_per_params_version(tiny_model_dirs, smol_tokenizer, monkeypatch):
+    import seed_jax.sampling as sampling
+
+    model = load_model(tiny_model_dirs["qwen2"][1])
+    made = []
+    real = sampling._make_sampler_params
+    monkeypatch.setattr(sampling, "_make_sampler_params", lambda *a: made.append(1) or real(*a))
+    sampling._SamplerCopy.entry = None
+    for backend in ("unrolled", "scan"):
+        made.clear()
+        spec = SamplerSpec(backend=backend)
+        a = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec)
+        b = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec)
+        assert len(made) == 1 and a.token_ids == b.token_ids
+        new = jax.tree.map(lambda x: x + 0, model.params)  # a new version (same values)
+        c = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec, params=new)
+        assert len(made) == 2 and c.token_ids == a.token_ids

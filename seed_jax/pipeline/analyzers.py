@@ -63,7 +63,8 @@ class Analysis:
 @dataclasses.dataclass(frozen=True)
 class AnalysisContext:
     """What an analyzer may use. ``policy = (model, tokenizer, params, encode_prompt)`` for
-    ``self``; ``bench`` (its ``scripted_answer``) for ``scripted``; ``bank`` and ``tasks``
+    ``self`` (sampling with the `seed_jax.sampling.SamplerSpec` ``sampler``); ``bench`` (its
+    ``scripted_answer``) for ``scripted``; ``bank`` and ``tasks``
     (task_id -> task dict) for ``static``; ``seed`` / ``update`` seed ``shuffled``."""
 
     success_threshold: float
@@ -77,6 +78,7 @@ class AnalysisContext:
     openai: Mapping[str, object] = dataclasses.field(default_factory=dict)
     seed: int = 0
     update: int = 0
+    sampler: object = None
 
     @property
     def max_prompt_chars(self) -> int:
@@ -105,7 +107,8 @@ def self_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
     model, tok, params, encode = ctx.policy
     parses, prompts, cut = analyze_trajectories(
         model, tok, analyzable(trajs), params=params, encode_prompt=encode, success_threshold=ctx.success_threshold,
-        max_new_tokens=ctx.max_new_tokens, max_prompt_tokens=ctx.max_prompt_tokens, batch_size=ctx.batch_size)
+        max_new_tokens=ctx.max_new_tokens, max_prompt_tokens=ctx.max_prompt_tokens, batch_size=ctx.batch_size,
+        sampler=ctx.sampler)
     return Analysis.from_parses(parses, prompts, cut)
 
 

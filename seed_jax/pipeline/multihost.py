@@ -1,8 +1,10 @@
 """Multi-host helpers for the pipeline (one process per host, `jax.distributed`).
 
 Data-parallel layout: every host runs its own environments and sampler for its share of the
-tasks with a host-local copy of the parameters, computes its rows' old/ref log-probs locally,
-and contributes those rows to the global batch of the one jitted train step. Hosts pad their
+tasks (the sampler's compute-dtype copy gathered device to device, `seed_jax.sampling.prepare_sampler`,
+then used on the host's own devices), computes its rows' old/ref log-probs locally with a
+host-local copy of the parameters, and contributes those rows to the global batch of the one
+jitted train step; a host without rows contributes masked padding rows. Hosts pad their
 row count and the static lengths (P, Pt, R) to the common maximum first (`common_max`,
 `seed_jax.train.batch.SeedBatch.grow`).
 """
@@ -10,10 +12,10 @@ row count and the static lengths (P, Pt, R) to the common maximum first (`common
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
+from seed_jax.sampling import local_replica
 from seed_jax.train.mesh import host_local_batch_to_global
 
 
@@ -22,15 +24,10 @@ def is_multihost() -> bool:
 
 
 def host_local_params(params):
-    """Parameters usable by host-local jitted code (sampler, log-prob passes)."""
-    if not is_multihost():
-        return params
-    def one(x):
-        if x.is_fully_replicated:
-            return x.addressable_data(0)
-        return jnp.asarray(multihost_utils.process_allgather(x, tiled=True))
-
-    return jax.tree_util.tree_map(one, params)
+    """Parameters usable by host-local jitted code (the log-prob passes): every host calls it
+    together; `seed_jax.sampling.local_replica` (a device-to-device gather, never through host
+    memory, kept on each host's first device)."""
+    return local_replica(params)
 
 
 def to_global(batch, mesh):
@@ -51,4 +48,4 @@ def common_max(*values: int) -> list[int]:
 
 def barrier(name: str) -> None:
     if is_multihost():
-            multihost_utils.sync_global_devices(name)
+        multihost_utils.sync_global_devices(name)

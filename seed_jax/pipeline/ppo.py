@@ -1,7 +1,9 @@
 """PPO epochs over one update's batch: shuffled mini-batches, one optimizer step each.
 
-With ``n`` rows on this host and ``M = ceil_micro(min(rl.mini_batch_size / hosts, n))`` rows per
-mini-batch (a multiple of the micro-batch), the batch is padded with fully masked rows to
+With ``n`` rows on this host, ``H`` hosts and ``M = ceil_m(min(rl.mini_batch_size / H, n))`` rows
+per mini-batch on each host (``ceil_m``: up to a multiple of the per-host micro-batch
+``train.micro_batch_size / H``; so ``H * M``, the global mini-batch, is ``rl.mini_batch_size``
+or, for a smaller update, the fewest micro-batches that hold it), the batch is padded with fully masked rows to
 ``ceil(n / M) * M`` rows, so every mini-batch has the same static shape. Each epoch walks a
 seeded permutation ``rng([seed, update, epoch])`` of the real rows, followed by the padding
 rows, in ``M``-row slices: every mini-batch but the last is full of real rows. On several
@@ -20,9 +22,25 @@ from seed_jax.train.batch import SeedBatch
 from seed_jax.train.update import pool_metrics
 
 
+def host_split_error(mini_batch_size: int, micro_batch_size: int, hosts: int) -> str | None:
+    """Why ``hosts`` hosts cannot split the global mini- and micro-batches evenly (None: they can).
+
+    Each host feeds ``mini / hosts`` rows per optimizer step in micro-batches of ``micro / hosts``
+    rows, so both must divide by ``hosts`` (and ``mini`` by ``micro``)."""
+    if mini_batch_size % micro_batch_size:
+        return f"rl.mini_batch_size ({mini_batch_size}) must be a multiple of train.micro_batch_size ({micro_batch_size})"
+    if micro_batch_size % hosts:
+        return (f"train.micro_batch_size ({micro_batch_size}) must be a multiple of the host count ({hosts}): "
+                "each host feeds micro_batch_size / hosts rows of every micro-batch")
+    return None
+
+
 def mini_batch_rows(rows: int, mini_batch_size: int, micro_batch_size: int, hosts: int = 1) -> int:
-    """``M``: rows per mini-batch on one host (module docstring)."""
-    return round_to_multiple(min(mini_batch_size // hosts, rows), micro_batch_size)
+    """``M``: rows per mini-batch on one host (module docstring); ``hosts * M`` is the global one."""
+    err = host_split_error(mini_batch_size, micro_batch_size, hosts)
+    if err:
+        raise ValueError(err)
+    return round_to_multiple(max(min(mini_batch_size // hosts, rows), 1), micro_batch_size // hosts)
 
 
 def ppo_epochs(state, batch: SeedBatch, train_step, *, mini_batch_size: int, micro_batch_size: int,

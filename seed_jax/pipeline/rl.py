@@ -47,8 +47,10 @@ from seed_jax.pipeline.update_batch import StepGate, build_update_batch
 from seed_jax.rollout.batch import BatchSettings
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
 from seed_jax.rollout.trajectory import Trajectory
+from seed_jax.sampling import prepare_sampler
 from seed_jax.skills import SkillParse
 from seed_jax.train.checkpoint import Checkpointer
+from seed_jax.train.logprobs import scoring_params
 from seed_jax.train.mesh import batch_divisor
 from seed_jax.train.state import at_schedule_pos, create_sharded_state
 from seed_jax.train.step import make_train_step
@@ -164,7 +166,10 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     model, tok = load_policy(c, rl_start_dir(run))
     cfg = model.config
     tc = train_config(c)
-    ref_params = model.params  # the frozen KL reference: the RL start (stage-1 checkpoint)
+    # the frozen KL reference (the RL start): in the compute dtype, sharded like the policy
+    # (host-local passes on several hosts keep it whole)
+    pass_mesh = mesh if jax.process_count() == 1 else None
+    ref_params = scoring_params(model.params, cfg, pass_mesh) if tc.c_kl > 0 else None
     encode = make_prompt_encoder(tok)
     settings = rollout_settings(c, run.bench)
     train_tasks = {t["task_id"]: t for t in run.bench.tasks(run.bench.train_split)}
@@ -174,7 +179,8 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     analyzer = rl_analyzer(run.switches.skill_source, c.analysis.analyzer)
     ctx = AnalysisContext(success_threshold=run.bench.spec.success_threshold,
                           max_prompt_tokens=c.analysis.max_prompt_tokens, max_new_tokens=c.analysis.max_new_tokens,
-                          batch_size=c.analysis.batch_size, bench=run.bench, bank=bank, tasks=train_tasks, seed=c.seed)
+                          batch_size=c.analysis.batch_size, bench=run.bench, bank=bank, tasks=train_tasks, seed=c.seed,
+                          sampler=settings.sampler)
     batch_settings = BatchSettings(
         max_prompt_tokens=c.rollout.max_prompt_tokens, max_response_tokens=c.rollout.max_response_tokens,
         max_teacher_prompt_tokens=c.rollout.max_teacher_prompt_tokens, advantage_mode=c.rl.advantage_mode,
@@ -199,23 +205,26 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
         for u in range(start, c.rl.num_updates):
             timer = Timer()
             tasks = update_tasks(run, u)
-            old = host_local_params(state.params)  # theta_old for rollouts, skills and log-probs
+            old = host_local_params(state.params)  # theta_old for the log-prob passes
+            # every host: the sampler's copy of theta_old (rollouts and skills), gathered once
+            prepare_sampler(state.params, cfg, settings.sampler)
             with timer("rollout"):
-                trajs = run_rollouts(pool, model, tok, tasks, settings, params=old,
+                trajs = run_rollouts(pool, model, tok, tasks, settings, params=state.params,
                                      seed=c.seed * 1_000_003 + u * 1000, tag=f"u{u}/", encode_prompt=encode,
                                      task_skills=[bank.lookup(t) for t in tasks] if run.switches.prompt_skills
                                      else None)
             with timer("analysis"):
                 analysis = None
                 if analyzer is not None:
-                    analysis = analyzer(trajs, dataclasses.replace(ctx, policy=(model, tok, old, encode), update=u))
+                    analysis = analyzer(trajs, dataclasses.replace(ctx, policy=(model, tok, state.params, encode),
+                                                                   update=u))
                 skills = analysis.skills if analysis is not None else {}
             with timer("batch"):
                 ub = build_update_batch(
                     trajs, skills, batch_settings, encode_prompt=encode, pad_id=tok.pad_token_id or 0,
                     model_cfg=cfg, train_cfg=tc, old_params=old, ref_params=ref_params,
                     with_teacher=run.switches.skill_source != "none", audit_gates=c.rl.audit_gates,
-                    micro_batch_size=micro)
+                    micro_batch_size=micro, mesh=pass_mesh, allow_empty=jax.process_count() > 1)
             with timer("train"):
                 state = at_schedule_pos(state, u)  # the learning-rate schedule counts updates
                 state, metrics = ppo_epochs(state, ub.batch, train_step, mini_batch_size=c.rl.mini_batch_size,

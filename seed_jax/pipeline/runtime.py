@@ -1,4 +1,4 @@
-"""Turn a run config into live objects: model + tokenizer, TrainConfig, mesh, env pool."""
+"""Turn a run config into live objects: XLA setup, model + tokenizer, TrainConfig, env pool."""
 
 from __future__ import annotations
 
@@ -13,11 +13,19 @@ from seed_jax.models.decoder import init_params
 from seed_jax.pipeline.methods import switches
 from seed_jax.rollout.loop import RolloutSettings
 from seed_jax.rollout.pool import open_env_pool
-from seed_jax.sampling import SamplingParams
+from seed_jax.sampling import SamplerSpec, SamplingParams
+from seed_jax.train import xla_setup
 from seed_jax.train.config import ConfigError, TrainConfig
 
 # set by train_config below (the run's train.warmup_updates gives warmup_steps)
 _DERIVED = frozenset({"warmup_steps", "total_steps", "schedule_unit", "remat", "compute_dtype", "param_dtype"})
+
+
+def setup_xla(config, workdir) -> dict:
+    """XLA flags for the installed accelerators and the persistent compilation cache
+    (``xla.cache_dir``: '' = ``<workdir>/xla_cache``, 'off' = none); before any JAX work."""
+    d = config.xla.cache_dir if "xla" in config else ""
+    return xla_setup.configure(None if d == "off" else Path(d or Path(workdir) / "xla_cache"))
 
 
 def train_config(config, **overrides) -> TrainConfig:
@@ -59,8 +67,8 @@ def load_policy(config, path: str | Path | None = None) -> tuple[Model, object]:
     """(model, tokenizer): from ``path`` (a stage's saved model) or the config's base model."""
     m = config.model
     if path is not None:
-        return (load_model(path, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat),
-                load_tokenizer(path))
+        return _with_attention(load_model(path, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat),
+                               m), load_tokenizer(path)
     if m.random_init:
         tok = load_tokenizer(m.tokenizer)
         h = m.random_hidden
@@ -68,10 +76,15 @@ def load_policy(config, path: str | Path | None = None) -> tuple[Model, object]:
         cfg = ModelConfig(model_type="llama", vocab_size=len(tok), hidden_size=h, intermediate_size=2 * h,
                           num_layers=m.random_layers, num_heads=4, num_kv_heads=2, head_dim=h // 4,
                           tie_word_embeddings=True, eos_token_ids=eos, bos_token_id=tok.bos_token_id,
-                          dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+                          dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
         return Model(cfg, init_params(cfg, jax.random.PRNGKey(config.seed)), "random"), tok
     model = load_model(m.path, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
-    return model, load_tokenizer(m.tokenizer or m.path)
+    return _with_attention(model, m), load_tokenizer(m.tokenizer or m.path)
+
+
+def _with_attention(model: Model, m) -> Model:
+    """The model with the run's attention implementation (``model.attention``)."""
+    return dataclasses.replace(model, config=model.config.replace(attention=m.attention))
 
 
 def save_policy(model: Model, tokenizer, out_dir: Path, dtype: str | None = None) -> Path:
@@ -94,8 +107,10 @@ def rollout_settings(config, bench, **overrides) -> RolloutSettings:
     sampling = SamplingParams(max_new_tokens=r.max_response_tokens,
                               temperature=overrides.pop("temperature", r.temperature),
                               top_p=r.top_p, top_k=r.top_k, chunk=r.chunk)
+    sampler = SamplerSpec(backend=config.sampler.backend, tensor_parallel=config.sampler.tensor_parallel,
+                          prefill_scratch_bytes=config.sampler.prefill_scratch_mb << 20)
     kw = dict(group_size=r.group_size, max_steps=min(r.max_steps, bench.spec.max_steps),
-              max_prompt_tokens=r.max_prompt_tokens, sampling=sampling,
+              max_prompt_tokens=r.max_prompt_tokens, sampling=sampling, sampler=sampler, wave_rows=r.wave_rows,
               invalid_penalty=bench.spec.invalid_penalty, success_threshold=bench.spec.success_threshold,
               stop_strings=bench.stop_strings)
     kw.update(overrides)
@@ -107,4 +122,4 @@ def make_pool(config, bench):
                          step_timeout_s=config.env.step_timeout_s, seed=config.seed)
 
 
-__all__ = ["train_config", "sft_train_config", "load_policy", "save_policy", "rollout_settings", "make_pool"]
+__all__ = ["setup_xla", "train_config", "sft_train_config", "load_policy", "save_policy", "rollout_settings", "make_pool"]

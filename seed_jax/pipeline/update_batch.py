@@ -93,6 +93,19 @@ def gate_audit(rows: Sequence[RowInfo], old_logp, teacher_logp, response_mask,
                    for tid, (m, g, n) in pooled.items()}
 
 
+def empty_seed_batch(train_cfg: TrainConfig) -> SeedBatch:
+    """A `SeedBatch` of no rows (one-token prompt and response layout) with the fields a
+    non-empty update batch has under ``train_cfg`` (`build_update_batch`), for `SeedBatch.grow`."""
+    tc = train_cfg
+    ids, zeros = np.zeros((0, 2), np.int32), np.zeros((0, 1), np.float32)
+    twin = tc.use_teacher and not tc.teacher_from_old
+    return SeedBatch(student_ids=ids, student_mask=ids, response_mask=zeros, advantages=zeros,
+                     has_skill=np.zeros((0,), np.float32), old_logp=zeros,
+                     ref_logp=zeros if tc.c_kl > 0 else None, teacher_ids=ids if twin else None,
+                     teacher_mask=ids if twin else None,
+                     teacher_logp=zeros if tc.use_teacher and tc.teacher_from_old else None)
+
+
 def build_update_batch(
     trajectories: Sequence[Trajectory],
     skills: dict[str, str | None],
@@ -107,16 +120,24 @@ def build_update_batch(
     with_teacher: bool,
     audit_gates: bool,
     micro_batch_size: int,
+    mesh=None,
+    allow_empty: bool = False,
 ) -> UpdateBatch:
     """The update's `UpdateBatch` (module docstring). ``with_teacher``: build the teacher twins
-    (a method with skills); the step gets ``teacher_ids`` only when it runs a teacher pass."""
+    (a method with skills); the step gets ``teacher_ids`` only when it runs a teacher pass.
+    With a ``mesh`` the log-prob passes run sharded (rows over ('data', 'fsdp'), parameters by
+    the rules, `seed_jax.train.logprobs.make_logprob_pass`). ``allow_empty`` (several hosts):
+    without any trajectory to train on, the batch has no rows (`empty_seed_batch`) and the host
+    contributes masked padding rows to every step."""
     tc = train_cfg
+    if allow_empty and not any(not t.env_error and t.steps for t in trajectories):
+        return UpdateBatch(empty_seed_batch(tc), [], [], {})
     samples = build_batch(trajectories, skills, encode_prompt, settings, pad_id=pad_id,
                           with_teacher=with_teacher or tc.use_teacher)
     P, Pt, R = samples.prompt_len, samples.teacher_prompt_len, samples.response_len
 
     def logprobs(params, ids, mask, prompt_len):
-        return compute_logprobs(params, model_cfg, ids, mask, prompt_len, R, micro_batch_size)
+        return compute_logprobs(params, model_cfg, ids, mask, prompt_len, R, micro_batch_size, mesh=mesh)
 
     old = logprobs(old_params, samples.student_ids, samples.student_mask, P)
     ref = logprobs(ref_params, samples.student_ids, samples.student_mask, P) if tc.c_kl > 0 else None

@@ -12,11 +12,14 @@ from pathlib import Path
 
 from seed_jax.losses import ADVANTAGE_ESTIMATORS, PENALTY_MODES
 from seed_jax.metrics import WANDB_MODES
+from seed_jax.models.config import ATTENTION_IMPLS, REMAT_POLICIES
 from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
 from seed_jax.pipeline.annotator import REASONING_SWITCH
 from seed_jax.pipeline.environments import missing_data
 from seed_jax.pipeline.methods import METHODS
+from seed_jax.pipeline.ppo import host_split_error
 from seed_jax.pipeline.runtime import train_config
+from seed_jax.sampling import BACKENDS
 
 STAGES = ("collect", "annotate", "sft", "rl", "eval")
 
@@ -25,8 +28,9 @@ class ConfigValueError(ValueError):
     """A configuration key holds an impossible value (the message names the key)."""
 
 
-def validate(config) -> None:
-    """Raise `ConfigValueError` naming the first impossible key."""
+def validate(config, hosts: int = 1) -> None:
+    """Raise `ConfigValueError` naming the first impossible key (``hosts``: the processes of the
+    run, which split every mini- and micro-batch evenly)."""
 
     def bad(key, msg):
         raise ConfigValueError(f"config.{key}: {msg} (got {_get(config, key)!r})")
@@ -70,6 +74,9 @@ def validate(config) -> None:
         bad("train.micro_batch_size", f"must be <= rl.mini_batch_size ({config.rl.mini_batch_size})")
     if config.rl.mini_batch_size % config.train.micro_batch_size:
         bad("rl.mini_batch_size", f"must be a multiple of train.micro_batch_size ({config.train.micro_batch_size})")
+    split = host_split_error(config.rl.mini_batch_size, config.train.micro_batch_size, hosts)
+    if split:
+        bad("train.micro_batch_size", split)
     if config.rl.advantage_mode not in ADVANTAGE_ESTIMATORS:
         bad("rl.advantage_mode", f"must be one of {sorted(ADVANTAGE_ESTIMATORS)}")
     if config.rl.penalty_mode not in PENALTY_MODES:
@@ -93,9 +100,21 @@ def validate(config) -> None:
         bad("env.retriever", "must be bm25 | http")
     if config.env.name == "search" and config.env.retriever == "http" and not config.env.retriever_url:
         bad("env.retriever_url", "the http retriever needs a URL")
-    for key in ("mesh.fsdp", "mesh.tensor"):
+    if config.sampler.backend not in BACKENDS:
+        bad("sampler.backend", f"must be one of {BACKENDS}")
+    for key in ("sampler.tensor_parallel", "sampler.prefill_scratch_mb"):
         if _get(config, key) < 1:
             bad(key, "must be >= 1")
+    if config.rollout.wave_rows < 0:
+        bad("rollout.wave_rows", "must be >= 0 (0: every live episode in one sampler call)")
+    if config.model.remat not in REMAT_POLICIES and not isinstance(config.model.remat, bool):
+        bad("model.remat", f"must be one of {' | '.join(REMAT_POLICIES)}")
+    if config.model.attention not in ATTENTION_IMPLS:
+        bad("model.attention", f"must be one of {' | '.join(ATTENTION_IMPLS)}")
+    if config.mesh.tensor < 1:
+        bad("mesh.tensor", "must be >= 1")
+    if config.mesh.fsdp == 0 or config.mesh.fsdp < -1:
+        bad("mesh.fsdp", "must be -1 (each host's devices) or >= 1")
     if config.mesh.data == 0 or config.mesh.data < -1:
         bad("mesh.data", "must be -1 (all devices) or >= 1")
     # the train-step settings are checked by TrainConfig itself, with its own field names

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from seed_jax.metrics import progress_enabled
 from seed_jax.rollout.trajectory import Trajectory
-from seed_jax.sampling import generate
+from seed_jax.sampling import SamplerSpec, generate
 from seed_jax.skills import SkillParse, parse_skill, render_analyzer_prompt
 
 
@@ -45,9 +45,9 @@ def fit_analyzer_prompt(traj: Trajectory, encode_prompt: Callable[[str], list[in
 def analyze_trajectories(model, tokenizer, trajectories: Sequence[Trajectory], *,
                          encode_prompt: Callable[[str], list[int]], success_threshold: float,
                          params=None, max_new_tokens: int = 512, max_prompt_tokens: int = 4096,
-                         batch_size: int = 32, progress: bool = True
+                         batch_size: int = 32, progress: bool = True, sampler: SamplerSpec | None = None
                          ) -> tuple[dict[str, SkillParse], dict[str, str], set[str]]:
-    """Greedy skills for every trajectory without env_error.
+    """Greedy skills for every trajectory without env_error (``sampler``: `generate`'s layout).
 
     Returns ``(parses, prompts, cut)`` keyed by traj_id: ``prompts`` holds x_tau (the SFT
     input), fitted to ``max_prompt_tokens`` by `fit_analyzer_prompt`; ``cut`` the trajectories
@@ -62,7 +62,7 @@ def analyze_trajectories(model, tokenizer, trajectories: Sequence[Trajectory], *
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
         res = generate(model, tokenizer, [fitted[t.traj_id][1] for t in chunk], params=params,
-                       max_new_tokens=max_new_tokens, temperature=0.0)
+                       max_new_tokens=max_new_tokens, temperature=0.0, sampler=sampler)
         for t, text in zip(chunk, res.texts):
             parses[t.traj_id] = parse_skill(text)
         bar.update(len(chunk))

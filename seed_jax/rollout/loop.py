@@ -2,9 +2,12 @@
 
 For a batch of tasks x group size N, every episode gets a slot in the env backend (worker
 pool). Each turn the loop chat-templates the env-built prompt of every live episode
-(left-truncated to ``max_prompt_tokens``), samples all responses in one `generate` call,
-steps the environments in one batched backend call, and records a `StepSample`. Episodes end
-on ``done``, on an env error, or after ``max_steps`` turns.
+(left-truncated to ``max_prompt_tokens``), samples the responses in waves of at most
+``wave_rows`` episodes (one `generate` call each; 0: all live episodes in one call), steps the
+environments in one batched backend call, and records a `StepSample`. Each episode samples
+with its own random stream (its slot is its `generate` row id), so the episodes do not depend
+on how the live ones are cut into waves. Episodes end on ``done``, on an env error, or after
+``max_steps`` turns.
 
 Rewards: environments return the step reward *including* the invalid-action penalty; the
 record keeps them apart (``reward`` = env reward + penalty, ``penalty`` = the penalty of docs/METHOD.md §5
@@ -29,7 +32,7 @@ from seed_jax.metrics import progress_enabled
 from seed_jax.models.tokenizer import apply_chat
 from seed_jax.rollout.pool import EnvBackend
 from seed_jax.rollout.trajectory import StepSample, Trajectory
-from seed_jax.sampling import SamplingParams, generate
+from seed_jax.sampling import SamplerSpec, SamplingParams, generate
 from seed_jax.skills import insert_skill
 
 
@@ -38,7 +41,8 @@ class RolloutSettings:
     """One `run_rollouts` configuration. ``sampling`` is what every turn's `generate` call
     decodes with (``sampling.max_new_tokens``: the response budget of one turn). A stop string
     ends a response only outside the thinking delimited by ``think_tags`` (the action parser's
-    rule, `envs.actions.find_stop`; None: anywhere)."""
+    rule, `envs.actions.find_stop`; None: anywhere). ``wave_rows``: most episodes per `generate`
+    call (0: no limit); ``sampler``: the sampler's backend and device layout."""
 
     group_size: int = 8
     max_steps: int = 30
@@ -49,11 +53,21 @@ class RolloutSettings:
     stop_strings: tuple[str, ...] = ("</action>",)
     think_tags: tuple[str, str] | None = THINK_TAGS
     prompt_buckets: tuple[int, ...] = BUCKETS
+    wave_rows: int = 0
+    sampler: SamplerSpec = SamplerSpec()
 
     def __post_init__(self):
         for name in ("group_size", "max_steps", "max_prompt_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
+        if self.wave_rows < 0:
+            raise ValueError(f"rollout.wave_rows must be >= 0, got {self.wave_rows}")
+
+
+def waves(items: Sequence, size: int) -> list[Sequence]:
+    """``items`` in consecutive slices of at most ``size`` (0: one slice of all)."""
+    size = size or max(len(items), 1)
+    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 def make_prompt_encoder(tokenizer, system_prompt: str | None = None) -> Callable[[str], list[int]]:
@@ -108,13 +122,16 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
     turn = 0
     while live and turn < settings.max_steps:
         ids = {s: encode_prompt(prompt[s])[-settings.max_prompt_tokens:] for s in live}
-        gen = generate(model, tokenizer, [ids[s] for s in live], params=params, seed=seed + turn,
-                       stop_strings=settings.stop_strings, think_tags=settings.think_tags,
-                       prompt_buckets=settings.prompt_buckets,
-                       **dataclasses.asdict(settings.sampling))
-        results = backend.step({s: gen.texts[i] for i, s in enumerate(live)})
+        gen = {}
+        for wave in waves(live, settings.wave_rows):
+            out = generate(model, tokenizer, [ids[s] for s in wave], params=params, seed=seed + turn,
+                           stop_strings=settings.stop_strings, think_tags=settings.think_tags,
+                           prompt_buckets=settings.prompt_buckets, sampler=settings.sampler, row_ids=wave,
+                           **dataclasses.asdict(settings.sampling))
+            gen.update({s: (out.token_ids[i], out.logprobs[i], out.texts[i]) for i, s in enumerate(wave)})
+        results = backend.step({s: gen[s][2] for s in live})
         still = []
-        for i, s in enumerate(live):
+        for s in live:
             res = results[s]
             t = trajs[s]
             if res.env_error:
@@ -126,8 +143,8 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
             valid = bool(res.info["valid"])
             penalty = 0.0 if valid else settings.invalid_penalty
             t.steps.append(StepSample(
-                prompt_ids=ids[s], response_ids=gen.token_ids[i], response_logprobs=gen.logprobs[i],
-                response_text=gen.texts[i], prompt_text=prompt[s], raw_observation=last_obs[s],
+                prompt_ids=ids[s], response_ids=gen[s][0], response_logprobs=gen[s][1],
+                response_text=gen[s][2], prompt_text=prompt[s], raw_observation=last_obs[s],
                 valid=valid, reward=float(res.reward) + penalty, penalty=penalty,
                 action=str(res.info["action_text"])))
             last_obs[s] = res.info.get("raw_observation", res.observation)
