@@ -54,6 +54,7 @@ LAYERS = {
     "seed_jax.pipeline": 3,
     "seed_jax.launch": 4,
     "seed_jax.report": 4,
+    "seed_jax.plan": 4,  # ahead-of-time plan of a run's programs (reads run configs like the launcher)
 }
 ENVS_FROM_LAYER = LAYERS["seed_jax.rollout"]
 NOT_FROM_LIBRARY = ("experiments", "configs")

@@ -32,10 +32,10 @@ def main(argv):
     spec = _TARGET.value
     if spec.startswith(("gpu:", "cpu:")):
         jax.config.update("jax_platforms", "cpu")  # fake devices: no accelerator backend to start
+    from seed_jax.pipeline.validate import ConfigValueError, validate
     from seed_jax.plan.analysis import format_plan, plan_run, write_json
     from seed_jax.plan.programs import PROGRAM_NAMES, PlanConfigError
     from seed_jax.plan.targets import TargetError, parse_target
-    from seed_jax.pipeline.validate import ConfigValueError, validate
     from seed_jax.train.config import ConfigError
 
     config = _CONFIG.value

@@ -17,15 +17,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 import time
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.model import resolve_model_path
+from seed_jax.pipeline.runtime import random_model_config
 from seed_jax.plan import hlo
 from seed_jax.plan.programs import PlanConfigError, Program, run_programs
 from seed_jax.plan.targets import Target
-from seed_jax.pipeline.runtime import random_model_config
 from seed_jax.train.mesh import make_mesh
 
 HEADROOM = 0.05
@@ -81,6 +86,7 @@ class ProgramPlan:
     mfu: float
     compile_s: float
     unknown_loops: list[str]
+    error: str = ""  # why XLA refused to compile it (out of memory), when it did
 
     @property
     def collective_total(self) -> float:
@@ -107,10 +113,46 @@ class Plan:
         return d
 
 
+def shard_bytes(args) -> float:
+    """Bytes of one device's shards of abstract arguments (``ShapeDtypeStruct``s with shardings)."""
+    total = 0.0
+    for a in jax.tree.leaves(args):
+        shape = a.sharding.shard_shape(a.shape) if getattr(a, "sharding", None) is not None else a.shape
+        total += math.prod(shape) * jnp.dtype(a.dtype).itemsize
+    return total
+
+
+_OOM = re.compile(r"memory required for HLO temporaries \(([\d.]+)([KMGT]?)\)")
+
+
+def _oom_temp_bytes(message: str) -> float | None:
+    """The temporaries of a compile that XLA refused for lack of memory (XLA:TPU checks at compile)."""
+    m = _OOM.search(message)
+    if not m:
+        return None
+    return float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2)]
+
+
 def measure(program: Program, target: Target) -> ProgramPlan:
-    """Compile one program and read its figures (module docstring)."""
+    """Compile one program and read its figures (module docstring).
+
+    A compile that XLA refuses because the program does not fit the device (XLA:TPU does) gives a
+    plan that does not fit: arguments from the shardings, temporaries from XLA's message, the
+    other figures zero, and the message in ``error``.
+    """
     t0 = time.time()
-    compiled = program.fn.lower(*program.args).compile()
+    try:
+        compiled = program.fn.lower(*program.args).compile()
+    except Exception as e:
+        temp = _oom_temp_bytes(str(e))
+        if temp is None:
+            raise
+        args = shard_bytes(program.args)
+        return ProgramPlan(
+            name=program.name, note=program.note, argument=args, output=0.0, alias=0.0, temp=temp, code=0.0,
+            total=args + temp, hbm=target.chip.hbm, fits=False, flops=0.0, xla_flops=0.0, hbm_bytes=0.0,
+            collective_bytes=dict.fromkeys(hlo.COLLECTIVES, 0.0), link_bytes=0.0, roofline_s=0.0, mfu=0.0,
+            compile_s=time.time() - t0, unknown_loops=[], error=" ".join(str(e).split())[:300])
     compile_s = time.time() - t0
     mem = compiled.memory_analysis()
     argument, output = float(mem.argument_size_in_bytes), float(mem.output_size_in_bytes)
@@ -143,10 +185,12 @@ def target_mesh(config, target: Target):
         raise PlanConfigError(f"config.mesh: {e} ({target.spec})") from None
 
 
-def plan_run(config, target: Target, names: set[str] | None = None, progress=None) -> Plan:
+def plan_run(config, target: Target, names: set[str] | None = None, progress=None,
+             stop_at_misfit: bool = False) -> Plan:
     """Compile and measure every program of ``config`` (or those in ``names``) for ``target``.
 
-    ``progress(name)``, when given, is called before each compile (they can take minutes).
+    ``progress(name)``, when given, is called before each compile (they can take minutes);
+    ``stop_at_misfit``: stop after the first program that does not fit (the train step first).
     """
     model_cfg = model_config_of(config)
     mesh = target_mesh(config, target)
@@ -155,9 +199,21 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
         if progress is not None:
             progress(p.name)
         programs.append(measure(p, target))
+        if stop_at_misfit and not programs[-1].fits:
+            break
     model = {"layers": model_cfg.num_layers, "hidden": model_cfg.hidden_size, "vocab": model_cfg.vocab_size,
              "dtype": model_cfg.dtype, "param_dtype": model_cfg.param_dtype, "remat": model_cfg.remat}
     return Plan(target.spec, target.num_devices, dict(mesh.shape), model, target.approximate_memory, programs)
+
+
+def misfit_message(plan: Plan) -> str | None:
+    """One line naming the first program that does not fit, its bytes and the knobs; None when all fit."""
+    for p in plan.programs:
+        if not p.fits:
+            return (f"{p.name} does not fit {plan.target}: {_gb(p.total)} GB per device of {_gb(p.hbm)} GB "
+                    f"({HEADROOM:.0%} headroom kept); turn train.micro_batch_size, mesh.fsdp, model.dtype / "
+                    f"model.param_dtype, model.remat, or the rollout / analysis lengths and batch sizes")
+    return None
 
 
 def _gb(x: float) -> str:
@@ -187,12 +243,10 @@ def format_plan(plan: Plan) -> str:
             f"{p.compile_s:>6.0f}s")
     for p in plan.programs:
         lines.append(f"  {p.name}: {p.note}" + (f" ({len(p.unknown_loops)} data-dependent loop(s))"
-                                                if p.unknown_loops else ""))
-    for p in plan.programs:
-        if not p.fits:
-            lines.append(f"does not fit: {p.name} needs {_gb(p.total)} GB per device of {_gb(p.hbm)} GB "
-                         f"(with {HEADROOM:.0%} headroom); knobs: train.micro_batch_size, mesh.fsdp, model.dtype / "
-                         f"model.param_dtype, model.remat, rollout / analysis lengths and batch sizes")
+                                                if p.unknown_loops else "")
+                     + (f"; XLA refused to compile it: {p.error}" if p.error else ""))
+    if not plan.fits:
+        lines.append(misfit_message(plan))
     lines.append(f"fits: {'yes' if plan.fits else 'no'}")
     return "\n".join(lines)
 
