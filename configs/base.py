@@ -4,7 +4,8 @@ Presets (``--config=configs/search.py:PRESET``):
 
 - ``local`` (default): the embedded SmolLM2-135M-Instruct on a 2-core CPU, no network, small
   groups and few updates: the whole method end to end in tens of minutes.
-- ``paper``: the recipe of the paper (docs/METHOD.md §6); needs ``model.path`` (a local HF
+- ``paper``: the recipe of the paper (docs/METHOD.md §6) at the paper's scale (`PAPER_SCALE`: ZeRO-3
+  sharding over each host's devices, bfloat16 compute, remat); needs ``model.path`` (a local HF
   directory such as Qwen2.5-3B-Instruct) and, for search, a retriever URL.
 - ``tiny``: a tiny random model (embedded tokenizer) for end-to-end tests.
 
@@ -40,7 +41,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.random_hidden = 64
     c.model.dtype = "float32"
     c.model.param_dtype = "float32"
-    c.model.remat = False
+    c.model.remat = "none"  # none | full | save_dots | save_dots_except_mlp | save_qkv_proj | offload
+    c.model.attention = "reference"  # reference (einsum, the CPU path) | dot_product (cuDNN / XLA fused)
 
     c.env = ml_collections.ConfigDict()
     c.env.name = ""
@@ -103,9 +105,20 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1  # -1 = all remaining devices
-    c.mesh.fsdp = 1
+    c.mesh.fsdp = 1  # -1 = each host's devices (ZeRO-3 within a host, data parallel across hosts)
     c.mesh.tensor = 1
+
+    c.xla = ml_collections.ConfigDict()
+    c.xla.cache_dir = ""  # persistent compilation cache: '' = <workdir>/xla_cache, 'off' = none
     return c
+
+
+# The train-side settings of every ``paper`` preset: parameters sharded ZeRO-3 style over each
+# host's accelerators, bfloat16 compute on float32 master weights, each block rematerialised
+# except its attention projections, fused attention (cuDNN on GPU), 16-row micro-batches
+# (2 rows per device on 8 GPUs, 1 on a 16-chip TPU slice).
+PAPER_SCALE = {"model.dtype": "bfloat16", "model.param_dtype": "float32", "model.remat": "save_dots_except_mlp",
+               "model.attention": "dot_product", "mesh.data": -1, "mesh.fsdp": -1, "train.micro_batch_size": 16}
 
 
 def set_keys(c: ml_collections.ConfigDict, values: Mapping[str, object]) -> None:
@@ -126,12 +139,13 @@ def with_preset(c: ml_collections.ConfigDict, preset: str, *, local: Mapping[str
     """Apply one of `PRESETS` to a benchmark's config and lock it.
 
     ``local``: the keyword arguments of `apply_local` (the benchmark's laptop scale); ``paper`` and
-    ``tiny``: dotted keys set for that preset (after `apply_tiny` for ``tiny``).
+    ``tiny``: dotted keys set for that preset (after `PAPER_SCALE` for ``paper``, after
+    `apply_tiny` for ``tiny``).
     """
     if preset == "local":
         apply_local(c, **local)
     elif preset == "paper":
-        set_keys(c, paper or {})
+        set_keys(c, {**PAPER_SCALE, **(paper or {})})
     elif preset == "tiny":
         apply_tiny(c)
         set_keys(c, tiny or {})

@@ -55,6 +55,7 @@ from seed_jax.pipeline.run import (
     stage_plan,
     write_config,
 )
+from seed_jax.pipeline.runtime import setup_xla
 from seed_jax.pipeline.validate import STAGES, ConfigValueError, check_inputs, check_retriever, validate
 from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
 
@@ -116,6 +117,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     if relaunch.changed:
         log.warning("config differs from %s in %s (%s); config.json updated", workdir / "config.json",
                     ", ".join(relaunch.changed), "forced" if relaunch.forced else "allowed")
+    setup_xla(config, workdir)  # flags and compilation cache: before any JAX work
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU multi-process collectives
     maybe_initialize_distributed()
 

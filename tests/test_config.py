@@ -157,15 +157,15 @@ def test_command_line_overrides_of_train_keys_reach_the_train_config():
 
 def test_the_derived_fields_come_from_the_run():
     c = _config("search:tiny")
-    set_keys(c, {"model.remat": True, "model.dtype": "bfloat16", "model.param_dtype": "bfloat16",
+    set_keys(c, {"model.remat": "full", "model.dtype": "bfloat16", "model.param_dtype": "bfloat16",
                  "rl.num_updates": 7, "train.warmup_updates": 3, "train.schedule": "cosine", "method": "grpo"})
     tc = train_config(c)
-    assert (tc.remat, tc.compute_dtype, tc.param_dtype, tc.total_steps) == (True, "bfloat16", "bfloat16", 7)
+    assert (tc.remat, tc.compute_dtype, tc.param_dtype, tc.total_steps) == ("full", "bfloat16", "bfloat16", 7)
     assert tc.lambda_opd == 0.0 and c.train.lambda_opd > 0  # grpo: no OPD term
     c.rl.num_updates = 2
     assert train_config(c).total_steps == 4  # at least warmup_updates + 1
     sft = sft_train_config(c)
-    assert (sft.remat, sft.compute_dtype, sft.lr) == (True, "bfloat16", c.stage1.sft_lr)
+    assert (sft.remat, sft.compute_dtype, sft.lr) == ("full", "bfloat16", c.stage1.sft_lr)
 
 
 def test_a_trainconfig_field_a_preset_adds_is_passed_on():

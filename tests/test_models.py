@@ -43,6 +43,27 @@ def test_logits_match_transformers_padded_batch(kind, tiny_model_dirs):
 
 
 @pytest.mark.parametrize("kind", TINY_KINDS)
+def test_dot_product_attention_logits_match_transformers_and_reference(kind, tiny_model_dirs):
+    from seed_jax.models.decoder import forward
+
+    hf, d = tiny_model_dirs[kind]
+    model = load_model(d, dtype="float32")
+    ids, mask = _padded_batch(seed=4)
+    ref = _torch_logits(hf, ids, mask)
+    out = np.asarray(forward(model.params, model.config.replace(attention="dot_product"), ids, mask))
+    own = np.asarray(forward(model.params, model.config.replace(attention="reference"), ids, mask))
+    real = mask.astype(bool)
+    assert np.abs(out - ref)[real].max() <= 1e-4
+    assert np.abs(out - own)[real].max() <= 1e-5
+
+
+def test_unknown_attention_impl_is_named():
+    with pytest.raises(ValueError, match="attention must be one of"):
+        ModelConfig(model_type="llama", vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1,
+                    num_heads=2, num_kv_heads=1, head_dim=4, attention="flash")
+
+
+@pytest.mark.parametrize("kind", TINY_KINDS)
 def test_save_reload_by_transformers_same_logits(kind, tiny_model_dirs, tmp_path):
     hf, d = tiny_model_dirs[kind]
     model = load_model(d)

@@ -1,4 +1,6 @@
-"""Sharding: rule table, and one train step on 8 fake CPU devices == the 1-device step.
+"""Sharding: rule table, and one train step on 8 fake CPU devices == the 1-device step
+(meshes data x fsdp x tensor = 2x2x2, 1x8x1 and 2x4x1, with activation constraints), with no
+activation-sized collective in the fsdp=8 program; the sharded log-prob pass == 1 device.
 
 The device count is fixed when JAX starts, so the 8-device run is a subprocess of this file
 (``python tests/test_sharding.py OUT.npz`` under
@@ -29,15 +31,44 @@ CFG = tiny_config()
 TC = TrainConfig(lr=1e-3, weight_decay=0.01, grad_clip=1.0, c_ent=0.01, c_kl=0.1,
                  lambda_opd=0.5, beta_opd=5.0, adam_eps=1e-3)
 B, P_LEN, Pt, R = 8, 6, 7, 8
+B16 = 16  # rows of the fsdp=8 / data=2 x fsdp=4 runs: two micro-batches of 8
+# meshes (data, fsdp, tensor) of the 8-device runs -> (rows, micro-batch rows)
+MESHES = {"2x2x2": ((2, 2, 2), B, 4), "1x8x1": ((1, 8, 1), B16, 8), "2x4x1": ((2, 4, 1), B16, 8)}
 
 
-def run_step(mesh, tc, to_global=None):
-    batch = synthetic_seed_batch(0, B, P_LEN, R, Pt, CFG.vocab_size)
+def run_step(mesh, tc, to_global=None, rows=B, compiled_text=None):
+    batch = synthetic_seed_batch(0, rows, P_LEN, R, Pt, CFG.vocab_size)
     if to_global is not None:
         batch = to_global(batch, mesh)
     state = create_sharded_state(random_params(CFG, 0), tc, mesh)
-    state, metrics = make_train_step(CFG, tc, mesh)(state, batch)
+    step = make_train_step(CFG, tc, mesh)
+    if compiled_text is not None:
+        compiled_text.append(step.lower(state, batch).compile().as_text())
+    state, metrics = step(state, batch)
     return state, metric_means(metrics)
+
+
+def logprob_inputs():
+    batch = synthetic_seed_batch(1, B16, P_LEN, R, Pt, CFG.vocab_size)
+    return np.asarray(batch.student_ids), np.asarray(batch.student_mask)
+
+
+def activation_collectives(hlo: str) -> list[str]:
+    """All-reduces / all-gathers / reduce-scatters of the compiled program whose floating result
+    has a sequence-length dimension (``P + R`` or ``Pt + R``): activations summed or gathered
+    between devices (the tiny model has no parameter dimension of those sizes). Not counted:
+    the all-to-all that moves the embedding output from the table's hidden split to the rows
+    split (once per pass, not per layer) and the gather of the token ids it needs."""
+    import re
+
+    seq = {str(P_LEN + R), str(Pt + R)}
+    out = []
+    for line in hlo.splitlines():
+        m = re.search(r"=\s*(.+?)\s+(all-gather|reduce-scatter|all-reduce)(-start)?\(", line)
+        if m and any(seq & set(dims.split(",")) for dt, dims in re.findall(r"(\w+)\[([0-9,]*)\]", m.group(1))
+                     if dt.startswith(("f", "bf"))):
+            out.append(line.strip()[:200])
+    return out
 
 
 def flat(tree) -> dict:
@@ -46,12 +77,27 @@ def flat(tree) -> dict:
 
 
 def worker(out: str) -> None:
+    from seed_jax.train.logprobs import compute_logprobs
     from seed_jax.train.mesh import host_local_batch_to_global
 
     assert jax.device_count() == 8, jax.device_count()
+    saved = {}
+    for name, ((d, f, t), rows, micro) in MESHES.items():
+        # micro-batches of data x fsdp rows: sharding and accumulation at once
+        mesh = make_mesh(data=d, fsdp=f, tensor=t)
+        hlo = []
+        state, metrics = run_step(mesh, TC.replace(micro_batch_size=micro), host_local_batch_to_global, rows,
+                                  compiled_text=hlo if name == "1x8x1" else None)
+        if hlo:
+            moved = activation_collectives(hlo[0])
+            assert not moved, "activation-sized collectives in the fsdp=8 step:\n" + "\n".join(moved)
+        saved.update({f"{name}/state/{k}": v for k, v in flat(state).items()})
+        saved.update({f"{name}/metric/{k}": np.float64(v) for k, v in metrics.items()})
+    ids, mask = logprob_inputs()
+    saved["logp"] = compute_logprobs(random_params(CFG, 0), CFG, ids, mask, P_LEN, R, micro_batch=8,
+                                     mesh=make_mesh(data=1, fsdp=8))
     mesh = make_mesh(data=2, fsdp=2, tensor=2)
-    # Micro-batches of 4 rows = data x fsdp: sharding and accumulation at once.
-    state, metrics = run_step(mesh, TC.replace(micro_batch_size=4), host_local_batch_to_global)
+    state = create_sharded_state(random_params(CFG, 0), TC, mesh)
     specs = {
         "q": state.params["layers"]["self_attn"]["q_proj"]["kernel"].sharding.spec,
         "mu_down": state.opt_state[1].mu["layers"]["mlp"]["down_proj"]["kernel"].sharding.spec,
@@ -59,8 +105,7 @@ def worker(out: str) -> None:
     }
     assert specs == {"q": P(None, "fsdp", "tensor"), "mu_down": P(None, "tensor", "fsdp"),
                      "embed": P("tensor", "fsdp")}, specs
-    np.savez(out, **{f"state/{k}": v for k, v in flat(state).items()},
-             **{f"metric/{k}": np.float64(v) for k, v in metrics.items()})
+    np.savez(out, **saved)
 
 
 def test_eight_device_step_equals_one_device(tmp_path):
@@ -74,14 +119,23 @@ def test_eight_device_step_equals_one_device(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     sharded = np.load(out)
 
-    state, metrics = run_step(make_mesh(devices=jax.devices()[:1]), TC)
-    ref = flat(state)
-    assert {k[len("state/"):] for k in sharded.files if k.startswith("state/")} == set(ref)
-    for k, v in ref.items():
-        np.testing.assert_allclose(sharded[f"state/{k}"], v, atol=1e-5, rtol=0, err_msg=k)
-    for k in ("loss", "grad_norm", "kl", "entropy", "opd_loss", "tokens"):
-        np.testing.assert_allclose(float(sharded[f"metric/{k}"]), metrics[k], rtol=1e-5,
-                                   atol=1e-7, err_msg=k)
+    one = make_mesh(devices=jax.devices()[:1])
+    for rows in (B, B16):
+        state, metrics = run_step(one, TC, rows=rows)  # whole batch at once, no constraint splits
+        ref = flat(state)
+        for name in (n for n, (_, r, _) in MESHES.items() if r == rows):
+            got = {k[len(f"{name}/state/"):] for k in sharded.files if k.startswith(f"{name}/state/")}
+            assert got == set(ref), name
+            for k, v in ref.items():
+                np.testing.assert_allclose(sharded[f"{name}/state/{k}"], v, atol=1e-5, rtol=0, err_msg=f"{name} {k}")
+            for k in ("loss", "grad_norm", "kl", "entropy", "opd_loss", "tokens"):
+                np.testing.assert_allclose(float(sharded[f"{name}/metric/{k}"]), metrics[k], rtol=1e-5,
+                                           atol=1e-7, err_msg=f"{name} {k}")
+    from seed_jax.train.logprobs import compute_logprobs
+
+    ids, mask = logprob_inputs()
+    ref_logp = compute_logprobs(random_params(CFG, 0), CFG, ids, mask, P_LEN, R, micro_batch=16)
+    np.testing.assert_allclose(sharded["logp"], ref_logp, atol=1e-5, rtol=0)
 
 
 def test_rules_and_divisibility_fallback():

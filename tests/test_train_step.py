@@ -84,6 +84,44 @@ def test_micro_batched_step_equals_full_batch(params, batch, mesh):
     assert int(full_state.step) == 1 and int(full_state.data_pos) == B
 
 
+def _saved_residuals(cfg, params, tokens, mask) -> int:
+    """How many residuals the backward pass of a forward keeps (jax's own report)."""
+    import contextlib
+    import io
+
+    from jax.ad_checkpoint import print_saved_residuals
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        print_saved_residuals(lambda p: decoder.forward(p, cfg, tokens, mask).sum(), params)
+    return len(buf.getvalue().splitlines())
+
+
+def test_remat_policies_same_gradients_and_keep_what_they_say(params, batch):
+    from seed_jax.models.config import REMAT_POLICIES
+    from seed_jax.train.logprobs import response_logprobs
+
+    def grads(p, remat):
+        cfg = CFG.replace(remat=remat)
+        loss = lambda p: jnp.sum(response_logprobs(p, cfg, batch.student_ids, batch.student_mask, P, R)[0]  # noqa: E731
+                                 * batch.response_mask)
+        return jax.grad(loss)(p)
+
+    every = jax.device_get(jax.jit(lambda p: [grads(p, name) for name in REMAT_POLICIES])(params))
+    for g in every[1:]:
+        assert_trees_close(g, every[0], atol=1e-6, rtol=1e-5)
+    ids, mask = jnp.asarray(batch.student_ids), jnp.asarray(batch.student_mask)
+    kept = {name: _saved_residuals(CFG.replace(remat=name), params, ids, mask)
+            for name in REMAT_POLICIES + (True, False)}
+    # each policy keeps a strict superset of the next one's block tensors
+    assert kept["none"] > kept["save_dots"] > kept["save_dots_except_mlp"] > kept["save_qkv_proj"] \
+        > kept["full"], kept
+    assert kept["offload"] == kept["save_dots_except_mlp"] and kept[True] == kept["full"] \
+        and kept[False] == kept["none"], kept
+    with pytest.raises(ValueError, match="remat must be"):
+        CFG.replace(remat="some")
+
+
 @pytest.mark.slow
 def test_remat_and_bf16_compute_with_f32_master_weights(params, batch, mesh):
     base_state, base_m = one_step(TC, params, batch, mesh)

@@ -19,10 +19,22 @@ SUPPORTED_ARCHITECTURES = {
     "MistralForCausalLM": "llama",
 }
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+ATTENTION_IMPLS = ("reference", "dot_product")
+# Rematerialisation of each decoder block (`seed_jax.models.decoder.remat_policy` says what each keeps).
+REMAT_POLICIES = ("none", "full", "save_dots", "save_dots_except_mlp", "save_qkv_proj", "offload")
 
 
 class UnsupportedModelError(ValueError):
     """The checkpoint describes a model this decoder does not implement."""
+
+
+def remat_name(remat: bool | str) -> str:
+    """A remat setting as a policy name: ``True -> "full"``, ``False -> "none"``, names checked."""
+    if isinstance(remat, bool):
+        return "full" if remat else "none"
+    if remat not in REMAT_POLICIES:
+        raise ValueError(f"remat must be a bool or one of {REMAT_POLICIES}, got {remat!r}")
+    return remat
 
 
 def resolve_dtype(name: str | Any) -> Any:
@@ -57,7 +69,8 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = ()
     param_dtype: str = "float32"
     dtype: str = "float32"
-    remat: bool = False
+    remat: bool | str = False  # a `REMAT_POLICIES` name (True = "full", False = "none")
+    attention: str = "reference"  # an `ATTENTION_IMPLS` name (`seed_jax.models.decoder.attend`)
 
     def __post_init__(self):
         if self.num_heads % self.num_kv_heads:
@@ -66,6 +79,9 @@ class ModelConfig:
             )
         for name in ("param_dtype", "dtype"):
             resolve_dtype(getattr(self, name))
+        remat_name(self.remat)
+        if self.attention not in ATTENTION_IMPLS:
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {self.attention!r}")
 
     @property
     def rope_scaling_dict(self) -> dict | None:

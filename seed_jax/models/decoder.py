@@ -22,6 +22,8 @@ Two ways to call it, sharing the same blocks:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -29,8 +31,86 @@ from typing import NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from seed_jax.models.config import ModelConfig, resolve_dtype
+from seed_jax.models.config import ATTENTION_IMPLS, ModelConfig, remat_name, resolve_dtype
+
+_ROWS: contextvars.ContextVar = contextvars.ContextVar("seed_jax_activation_rows", default=None)
+
+
+@contextlib.contextmanager
+def activation_sharding(mesh, row_axes: Sequence[str] = ("data", "fsdp"), tensor_axis: str | None = "tensor"):
+    """While tracing inside this context, activations are constrained to rows over ``row_axes``.
+
+    `constrain_rows` then pins the embedding output, every block's residual stream and the
+    LM head's hidden states / logits to ``P(row_axes)`` (batch rows split, features whole), so
+    XLA all-gathers each layer's weights instead of splitting activations by feature and
+    all-reducing partial sums. ``mesh=None`` (or no context): every constraint is a no-op.
+    """
+    token = _ROWS.set(None if mesh is None else (mesh, tuple(row_axes), tensor_axis))
+    try:
+        yield
+    finally:
+        _ROWS.reset(token)
+
+
+def row_shards() -> int:
+    """How many ways `constrain_rows` splits a batch (1 outside `activation_sharding`)."""
+    ctx = _ROWS.get()
+    return 1 if ctx is None else math.prod(ctx[0].shape[a] for a in ctx[1])
+
+
+def constrain_rows(x: jax.Array) -> jax.Array:
+    """``x [B, ...]`` with its rows split over the context's row axes (identity without one)."""
+    ctx = _ROWS.get()
+    if ctx is None:
+        return x
+    return jax.lax.with_sharding_constraint(x, NamedSharding(ctx[0], P(ctx[1])))
+
+
+def gather_weight(w: jax.Array, last_axis_tensor: bool = True) -> jax.Array:
+    """``w`` whole on every row shard (split over the tensor axis on its last dim when that
+    divides): the all-gather made explicit, in ``w``'s (compute) dtype. Identity without context."""
+    ctx = _ROWS.get()
+    if ctx is None:
+        return w
+    mesh, _, tensor = ctx
+    last = tensor if (last_axis_tensor and tensor in mesh.shape and mesh.shape[tensor] > 1
+                      and w.shape[-1] % mesh.shape[tensor] == 0) else None
+    return jax.lax.with_sharding_constraint(w, NamedSharding(mesh, P(*([None] * (w.ndim - 1)), last)))
+
+
+# Names tagged with `checkpoint_name` in the blocks (what the remat policies may keep).
+ATTN_DOTS = ("query_proj", "key_proj", "value_proj", "attn_out", "out_proj")
+MLP_DOTS = ("mlp_gate", "mlp_up", "mlp_down")
+
+
+def remat_policy(remat: bool | str):
+    """``(remat?, policy)`` of a `REMAT_POLICIES` name (or the old boolean) for each block.
+
+    ``none``: nothing recomputed (every intermediate kept for the backward pass);
+    ``full``: only the block input kept, the whole block recomputed;
+    ``save_dots``: every weight matmul output kept (no attention scores);
+    ``save_dots_except_mlp``: the attention projections and attention output kept, the MLP
+    recomputed; ``save_qkv_proj``: only q/k/v kept;
+    ``offload``: like ``save_dots_except_mlp`` but the kept tensors go to pinned host memory
+    (backends with host offload: GPU / TPU).
+    """
+    name = remat_name(remat)
+    cp = jax.checkpoint_policies
+    policies = {
+        "none": None,
+        "full": cp.nothing_saveable,
+        "save_dots": cp.save_only_these_names(*ATTN_DOTS, *MLP_DOTS),
+        "save_dots_except_mlp": cp.save_only_these_names(*ATTN_DOTS),
+        "save_qkv_proj": cp.save_only_these_names(*ATTN_DOTS[:3]),
+        "offload": None if name != "offload" else cp.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=list(ATTN_DOTS),
+            offload_src="device", offload_dst="pinned_host"),
+    }
+    return name != "none", policies[name]
 
 
 class KVCache(NamedTuple):
@@ -109,14 +189,42 @@ def _dense(features, cfg, name, bias=False):
                     kernel_init=nn.initializers.normal(0.02))
 
 
-def _attend(q, kt, v, mask, head_dim):
-    """Grouped-query attention, ``softmax(q k^T / sqrt(D) + mask) v`` with float32 scores.
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+           impl: str = "reference") -> jax.Array:
+    """Grouped-query attention ``softmax(q k^T / sqrt(D) + mask) v`` -> ``[B, T, H, D]``.
 
-    ``q [B, T, H, D]``; ``kt [B, K, D, S]`` (keys transposed), ``v [B, K, S, D]`` (query head
-    ``h`` reads kv head ``h // (H/K)``); ``mask [B, T, S]``. The ``G = H/K`` heads of a group
-    and the ``T`` queries form the rows of one ``[T*G, S]`` matrix per (batch, kv head), so
-    both products are plain batched matmuls over the cache as stored. Returns ``[B, T, H*D]``.
+    ``q [B, T, H, D]``, ``k, v [B, S, K, D]`` (query head ``h`` reads kv head ``h // (H/K)``),
+    ``mask [B, T, S]`` boolean (True = may attend). ``impl``:
+
+    * ``"reference"``: einsums with float32 scores; the ``G = H/K`` heads of a group and the
+      ``T`` queries form the rows of one ``[T*G, S]`` score matrix per (batch, kv head);
+    * ``"dot_product"``: `jax.nn.dot_product_attention`, the implementation left to JAX
+      (cuDNN flash attention on GPU when shapes and dtypes allow, XLA elsewhere).
+
+    A query row whose mask is all False gets a uniform average (reference) or zeros / an
+    arbitrary row (dot_product); such rows are padding and are masked downstream.
     """
+    if impl == "dot_product":
+        return jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype),
+                                            mask=mask[:, None, :, :])
+    if impl != "reference":
+        raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    B, T, H, D = q.shape
+    K = k.shape[2]
+    G = H // K
+    qg = q.reshape(B, T, K, G, D)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k.astype(q.dtype),
+                        preferred_element_type=jnp.float32) / math.sqrt(D)
+    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(B, T, H, D)
+
+
+def _attend_cached(q, kt, v, mask, head_dim):
+    """`attend` ("reference") on a cache stored as ``kt [B, K, D, S]`` (keys transposed) and
+    ``v [B, K, S, D]``: per (batch, kv head), ``q k^T`` and ``p v`` are plain matmuls over the
+    cache as stored. Returns ``[B, T, H*D]``."""
     B, T, H, D = q.shape
     K = kt.shape[1]
     qg = q.reshape(B, T, K, H // K, D).transpose(0, 2, 1, 3, 4).reshape(B, K, T * (H // K), D)
@@ -142,9 +250,9 @@ class Attention(nn.Module):
         cfg = self.cfg
         B, T, _ = x.shape
         H, K, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        q = _dense(H * D, cfg, "q_proj", cfg.qkv_bias)(x).reshape(B, T, H, D)
-        k = _dense(K * D, cfg, "k_proj", cfg.qkv_bias)(x).reshape(B, T, K, D)
-        v = _dense(K * D, cfg, "v_proj", cfg.qkv_bias)(x).reshape(B, T, K, D)
+        q = checkpoint_name(_dense(H * D, cfg, "q_proj", cfg.qkv_bias)(x), "query_proj").reshape(B, T, H, D)
+        k = checkpoint_name(_dense(K * D, cfg, "k_proj", cfg.qkv_bias)(x), "key_proj").reshape(B, T, K, D)
+        v = checkpoint_name(_dense(K * D, cfg, "v_proj", cfg.qkv_bias)(x), "value_proj").reshape(B, T, K, D)
         if cfg.qk_norm:
             norm = dict(eps=cfg.rms_norm_eps, dtype=resolve_dtype(cfg.dtype),
                         param_dtype=resolve_dtype(cfg.param_dtype))
@@ -153,15 +261,18 @@ class Attention(nn.Module):
         inv_freq = rope_inv_freq(cfg)
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
-        k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)  # [B, K, D, T], [B, K, T, D]
-        if cache is not None:
+        if cache is None:
+            out = checkpoint_name(attend(q, k, v, mask, cfg.attention).reshape(B, T, H * D), "attn_out")
+        else:
+            k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)  # [B, K, D, T], [B, K, T, D]
             ck, cv = cache
             zero = jnp.zeros((), jnp.int32)
             ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (zero, zero, zero, cache_index))
             cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (zero, zero, cache_index, zero))
-            cache, k, v = (ck, cv), ck, cv
-        out = _attend(q, k, v, mask, D)
-        return _dense(cfg.hidden_size, cfg, "o_proj")(out.astype(resolve_dtype(cfg.dtype))), cache
+            cache = (ck, cv)
+            out = _attend_cached(q, ck, cv, mask, D)
+        out = _dense(cfg.hidden_size, cfg, "o_proj")(out.astype(resolve_dtype(cfg.dtype)))
+        return checkpoint_name(out, "out_proj"), cache
 
 
 class MLP(nn.Module):
@@ -170,9 +281,9 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg = self.cfg
-        gate = _dense(cfg.intermediate_size, cfg, "gate_proj")(x)
-        up = _dense(cfg.intermediate_size, cfg, "up_proj")(x)
-        return _dense(cfg.hidden_size, cfg, "down_proj")(nn.silu(gate) * up)
+        gate = checkpoint_name(_dense(cfg.intermediate_size, cfg, "gate_proj")(x), "mlp_gate")
+        up = checkpoint_name(_dense(cfg.intermediate_size, cfg, "up_proj")(x), "mlp_up")
+        return checkpoint_name(_dense(cfg.hidden_size, cfg, "down_proj")(nn.silu(gate) * up), "mlp_down")
 
 
 class Block(nn.Module):
@@ -184,12 +295,13 @@ class Block(nn.Module):
     def __call__(self, carry, positions, mask, cache_index):
         cfg = self.cfg
         x, cache = carry
+        x = constrain_rows(x)
         norm = dict(eps=cfg.rms_norm_eps, dtype=resolve_dtype(cfg.dtype),
                     param_dtype=resolve_dtype(cfg.param_dtype))
         h, cache = Attention(cfg, name="self_attn")(
             RMSNorm(name="input_layernorm", **norm)(x), positions, mask, cache, cache_index)
-        x = x + h
-        x = x + MLP(cfg, name="mlp")(RMSNorm(name="post_attention_layernorm", **norm)(x))
+        x = constrain_rows(x + h)
+        x = constrain_rows(x + MLP(cfg, name="mlp")(RMSNorm(name="post_attention_layernorm", **norm)(x)))
         return (x, cache), None
 
 
@@ -219,13 +331,13 @@ class Decoder(nn.Module):
         dtype, pdtype = resolve_dtype(cfg.dtype), resolve_dtype(cfg.param_dtype)
         embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=pdtype,
                          embedding_init=nn.initializers.normal(0.02), name="embed_tokens")
-        x = embed(tokens)
+        x = constrain_rows(embed(tokens))
         mask = attention_mask(kv_mask, tokens.shape[1], cache_index)
         cache_index = jnp.asarray(cache_index, jnp.int32)
         block = Block
-        if cfg.remat:
-            block = nn.remat(Block, prevent_cse=False,
-                             policy=jax.checkpoint_policies.nothing_saveable)
+        use_remat, policy = remat_policy(cfg.remat)
+        if use_remat:
+            block = nn.remat(Block, prevent_cse=False, policy=policy)
         if self.unrolled:
             new_cache = []
             for i in range(cfg.num_layers):
@@ -245,7 +357,7 @@ class Decoder(nn.Module):
                 length=cfg.num_layers,
             )(cfg, name="layers")
             (x, new_cache), _ = layers((x, None), positions, mask, cache_index)
-        x = RMSNorm(cfg.rms_norm_eps, dtype, pdtype, name="norm")(x)
+        x = constrain_rows(RMSNorm(cfg.rms_norm_eps, dtype, pdtype, name="norm")(x))
         if not cfg.tie_word_embeddings:
             # Declare the untied head here so that init creates it; applied by `logits_from_hidden`.
             self.param("lm_head", nn.initializers.normal(0.02), (cfg.hidden_size, cfg.vocab_size), pdtype)
@@ -269,6 +381,18 @@ def unstack_layers(params: dict, cfg: ModelConfig, take_layer=None) -> dict:
     return out
 
 
+def cast_to_compute(params, cfg: ModelConfig):
+    """The parameter tree with its floating leaves in the compute dtype ``cfg.dtype``.
+
+    Applied to the (sharded) master weights before use, so that each layer's all-gather moves
+    compute-dtype bytes (half of float32 for bfloat16); gradients flow back through the cast
+    to the master dtype. Identity when the dtypes agree.
+    """
+    dtype = resolve_dtype(cfg.dtype)
+    return jax.tree_util.tree_map(
+        lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) and p.dtype != dtype else p, params)
+
+
 def lm_head_matrix(params: dict, cfg: ModelConfig) -> jax.Array:
     """``[hidden, vocab]`` output projection: ``lm_head`` when the tree has one, else (tied
     embeddings) the transposed embedding."""
@@ -278,9 +402,14 @@ def lm_head_matrix(params: dict, cfg: ModelConfig) -> jax.Array:
 
 
 def logits_from_hidden(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
-    """``logits = hidden @ W_out``, accumulated in float32."""
-    w = lm_head_matrix(params, cfg).astype(resolve_dtype(cfg.dtype))
-    return jnp.einsum("bth,hv->btv", hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
+    """``logits = hidden @ W_out``, accumulated in float32.
+
+    Under `activation_sharding` the head is gathered whole (in the compute dtype) and the
+    logits keep the hidden states' row split: no partial logits are all-reduced."""
+    w = gather_weight(lm_head_matrix(params, cfg).astype(resolve_dtype(cfg.dtype)))
+    z = jnp.einsum("bth,hv->btv", constrain_rows(hidden.astype(w.dtype)), w,
+                   preferred_element_type=jnp.float32)
+    return constrain_rows(z)
 
 
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:

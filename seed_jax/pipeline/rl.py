@@ -41,6 +41,7 @@ from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
 from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.skills import SkillParse
 from seed_jax.train.checkpoint import Checkpointer
+from seed_jax.train.logprobs import scoring_params
 from seed_jax.train.mesh import batch_divisor
 from seed_jax.train.state import at_schedule_pos, create_sharded_state
 from seed_jax.train.step import make_train_step
@@ -130,7 +131,10 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     model, tok = load_policy(c, rl_start_dir(run))
     cfg = model.config
     tc = train_config(c)
-    ref_params = model.params  # the frozen KL reference: the RL start (stage-1 checkpoint)
+    # the frozen KL reference (the RL start): in the compute dtype, sharded like the policy
+    # (host-local passes on several hosts keep it whole)
+    pass_mesh = mesh if jax.process_count() == 1 else None
+    ref_params = scoring_params(model.params, cfg, pass_mesh) if tc.c_kl > 0 else None
     encode = make_prompt_encoder(tok)
     settings = rollout_settings(c, run.bench)
     train_tasks = {t["task_id"]: t for t in run.bench.tasks(run.bench.train_split)}
@@ -181,7 +185,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
                     trajs, skills, batch_settings, encode_prompt=encode, pad_id=tok.pad_token_id or 0,
                     model_cfg=cfg, train_cfg=tc, old_params=old, ref_params=ref_params,
                     with_teacher=run.switches.skill_source != "none", audit_gates=c.rl.audit_gates,
-                    micro_batch_size=micro)
+                    micro_batch_size=micro, mesh=pass_mesh)
             with timer("train"):
                 state = at_schedule_pos(state, u)  # the learning-rate schedule counts updates
                 state, metrics = ppo_epochs(state, ub.batch, train_step, mini_batch_size=c.rl.mini_batch_size,

@@ -87,7 +87,7 @@ class Run:
 RESULT_NEUTRAL_KEYS = frozenset({
     "stages", "env.num_workers", "env.step_timeout_s", "eval.checkpoint", "rl.checkpoint_every",
     "rl.keep_checkpoints", "rl.eval_every", "rl.audit_gates", "stage1.openai_api_key_env", "model.remat",
-    "mesh.data", "mesh.fsdp", "mesh.tensor"})
+    "model.attention", "mesh.data", "mesh.fsdp", "mesh.tensor", "xla.cache_dir"})
 
 
 class ConfigChangedError(ConfigValueError):

@@ -1,4 +1,4 @@
-"""Turn a run config into live objects: model + tokenizer, TrainConfig, mesh, env pool."""
+"""Turn a run config into live objects: XLA setup, model + tokenizer, TrainConfig, env pool."""
 
 from __future__ import annotations
 
@@ -14,10 +14,18 @@ from seed_jax.pipeline.methods import switches
 from seed_jax.rollout.loop import RolloutSettings
 from seed_jax.rollout.pool import open_env_pool
 from seed_jax.sampling import SamplingParams
+from seed_jax.train import xla_setup
 from seed_jax.train.config import ConfigError, TrainConfig
 
 # set by train_config below (the run's train.warmup_updates gives warmup_steps)
 _DERIVED = frozenset({"warmup_steps", "total_steps", "schedule_unit", "remat", "compute_dtype", "param_dtype"})
+
+
+def setup_xla(config, workdir) -> dict:
+    """XLA flags for the installed accelerators and the persistent compilation cache
+    (``xla.cache_dir``: '' = ``<workdir>/xla_cache``, 'off' = none); before any JAX work."""
+    d = config.xla.cache_dir if "xla" in config else ""
+    return xla_setup.configure(None if d == "off" else Path(d or Path(workdir) / "xla_cache"))
 
 
 def train_config(config, **overrides) -> TrainConfig:
@@ -59,14 +67,19 @@ def load_policy(config, path: str | Path | None = None) -> tuple[Model, object]:
     """(model, tokenizer): from ``path`` (a stage's saved model) or the config's base model."""
     m = config.model
     if path is not None:
-        return (load_model(path, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat),
-                load_tokenizer(path))
+        return _with_attention(load_model(path, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat),
+                               m), load_tokenizer(path)
     if m.random_init:
         tok = load_tokenizer(m.tokenizer)
         cfg = random_model_config(config, tok)
         return Model(cfg, init_params(cfg, jax.random.PRNGKey(config.seed)), "random"), tok
     model = load_model(m.path, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
-    return model, load_tokenizer(m.tokenizer or m.path)
+    return _with_attention(model, m), load_tokenizer(m.tokenizer or m.path)
+
+
+def _with_attention(model: Model, m) -> Model:
+    """The model with the run's attention implementation (``model.attention``)."""
+    return dataclasses.replace(model, config=model.config.replace(attention=m.attention))
 
 
 def random_model_config(config, tokenizer) -> ModelConfig:
@@ -78,7 +91,7 @@ def random_model_config(config, tokenizer) -> ModelConfig:
     return ModelConfig(model_type="llama", vocab_size=len(tokenizer), hidden_size=h, intermediate_size=2 * h,
                        num_layers=m.random_layers, num_heads=4, num_kv_heads=2, head_dim=h // 4,
                        tie_word_embeddings=True, eos_token_ids=eos, bos_token_id=tokenizer.bos_token_id,
-                       dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+                       dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
 
 
 def save_policy(model: Model, tokenizer, out_dir: Path) -> Path:
@@ -113,4 +126,5 @@ def make_pool(config, bench):
                          step_timeout_s=config.env.step_timeout_s, seed=config.seed)
 
 
-__all__ = ["train_config", "sft_train_config", "load_policy", "random_model_config", "save_policy", "rollout_settings", "make_pool"]
+__all__ = ["setup_xla", "train_config", "sft_train_config", "load_policy", "random_model_config", "save_policy",
+           "rollout_settings", "make_pool"]

@@ -107,16 +107,19 @@ def build_update_batch(
     with_teacher: bool,
     audit_gates: bool,
     micro_batch_size: int,
+    mesh=None,
 ) -> UpdateBatch:
     """The update's `UpdateBatch` (module docstring). ``with_teacher``: build the teacher twins
-    (a method with skills); the step gets ``teacher_ids`` only when it runs a teacher pass."""
+    (a method with skills); the step gets ``teacher_ids`` only when it runs a teacher pass.
+    With a ``mesh`` the log-prob passes run sharded (rows over ('data', 'fsdp'), parameters by
+    the rules, `seed_jax.train.logprobs.make_logprob_pass`)."""
     tc = train_cfg
     samples = build_batch(trajectories, skills, encode_prompt, settings, pad_id=pad_id,
                           with_teacher=with_teacher or tc.use_teacher)
     P, Pt, R = samples.prompt_len, samples.teacher_prompt_len, samples.response_len
 
     def logprobs(params, ids, mask, prompt_len):
-        return compute_logprobs(params, model_cfg, ids, mask, prompt_len, R, micro_batch_size)
+        return compute_logprobs(params, model_cfg, ids, mask, prompt_len, R, micro_batch_size, mesh=mesh)
 
     old = logprobs(old_params, samples.student_ids, samples.student_mask, P)
     ref = logprobs(ref_params, samples.student_ids, samples.student_mask, P) if tc.c_kl > 0 else None

@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 
 from seed_jax.losses import ADVANTAGE_ESTIMATORS, PENALTY_MODES
+from seed_jax.models.config import ATTENTION_IMPLS, REMAT_POLICIES
 from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
 from seed_jax.pipeline.environments import missing_data
 from seed_jax.pipeline.methods import METHODS
@@ -80,9 +81,14 @@ def validate(config) -> None:
         bad("env.retriever", "must be bm25 | http")
     if config.env.name == "search" and config.env.retriever == "http" and not config.env.retriever_url:
         bad("env.retriever_url", "the http retriever needs a URL")
-    for key in ("mesh.fsdp", "mesh.tensor"):
-        if _get(config, key) < 1:
-            bad(key, "must be >= 1")
+    if config.model.remat not in REMAT_POLICIES and not isinstance(config.model.remat, bool):
+        bad("model.remat", f"must be one of {' | '.join(REMAT_POLICIES)}")
+    if config.model.attention not in ATTENTION_IMPLS:
+        bad("model.attention", f"must be one of {' | '.join(ATTENTION_IMPLS)}")
+    if config.mesh.tensor < 1:
+        bad("mesh.tensor", "must be >= 1")
+    if config.mesh.fsdp == 0 or config.mesh.fsdp < -1:
+        bad("mesh.fsdp", "must be -1 (each host's devices) or >= 1")
     if config.mesh.data == 0 or config.mesh.data < -1:
         bad("mesh.data", "must be -1 (all devices) or >= 1")
     # the train-step settings are checked by TrainConfig itself, with its own field names

@@ -18,7 +18,7 @@ import dataclasses
 import math
 
 from seed_jax.losses import KL_ESTIMATORS
-from seed_jax.models.config import ModelConfig, resolve_dtype
+from seed_jax.models.config import ModelConfig, remat_name, resolve_dtype
 
 SCHEDULES = ("constant", "warmup_constant", "cosine")
 SCHEDULE_UNITS = ("step", "update")
@@ -37,8 +37,9 @@ class TrainConfig:
     the whole batch at once) splits the batch for exact gradient accumulation.
     ``teacher_from_old``: take the teacher log-probs from ``batch['teacher_logp']``
     (precomputed with theta_old, the authors' code path) instead of a teacher pass on the
-    current parameters. ``remat`` / ``compute_dtype`` / ``param_dtype`` override the model
-    config (`apply_to`). ``logits_chunk``: response positions per LM-head chunk (None = auto).
+    current parameters. ``remat`` (a policy name of `seed_jax.models.config.REMAT_POLICIES`, or
+    a bool: True = "full") / ``compute_dtype`` / ``param_dtype`` override the model config
+    (`apply_to`). ``logits_chunk``: response positions per LM-head chunk (None = auto).
     ``warmup_steps`` and ``total_steps`` (the length of the cosine schedule) count schedule
     positions in ``schedule_unit``: optimizer steps (``"step"``) or RL updates (``"update"``,
     see `seed_jax.train.state`).
@@ -65,7 +66,7 @@ class TrainConfig:
     dual_clip: float | None = 3.0
     micro_batch_size: int | None = None
     teacher_from_old: bool = False
-    remat: bool = False
+    remat: bool | str = False
     compute_dtype: str = "float32"
     param_dtype: str = "float32"
     logits_chunk: int | None = None
@@ -110,6 +111,10 @@ class TrainConfig:
             bad("micro_batch_size", "must be >= 1 or None")
         if self.logits_chunk is not None and self.logits_chunk < 1:
             bad("logits_chunk", "must be >= 1 or None")
+        try:
+            remat_name(self.remat)
+        except ValueError as e:
+            bad("remat", str(e))
         for f in ("compute_dtype", "param_dtype"):
             try:
                 resolve_dtype(getattr(self, f))

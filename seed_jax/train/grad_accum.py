@@ -8,7 +8,10 @@ token count of the full batch (each token-mean written as ``sum_tokens / N_globa
 hold exactly (up to float summation order); ``aux`` is a pytree of additive quantities
 (e.g. `losses.TokenSum`) that is summed too. Micro-batch i takes rows ``{j * n + i}``, so
 when the rows are sharded contiguously over devices every micro-batch stays evenly spread
-and the split is a local reshape (no communication).
+and the split is a local reshape (no communication). With ``grad_shardings`` (the parameters'
+NamedShardings) the float32 accumulators and each micro-batch's gradients are constrained to
+them, so every micro-batch reduce-scatters its gradients into the sharded accumulator instead
+of all-reducing whole ones (the ZeRO-3 pattern).
 """
 
 from __future__ import annotations
@@ -37,28 +40,46 @@ def split_micro_batches(batch, num_micro: int, mesh=None):
     return jax.tree_util.tree_map(split, batch)
 
 
-def accumulate_gradients(loss_fn: Callable, params, batch, num_micro: int, mesh=None):
+def constrain_tree(tree, shardings):
+    """``tree`` with each leaf constrained to its sharding (identity for ``shardings=None``)."""
+    if shardings is None:
+        return tree
+    return jax.tree_util.tree_map(jax.lax.with_sharding_constraint, tree, shardings)
+
+
+def accumulate_gradients(loss_fn: Callable, params, batch, num_micro: int, mesh=None,
+                         grad_shardings=None, like=None):
     """``(loss, aux, grads)`` summed over ``num_micro`` micro-batches (module docstring).
 
-    Gradients are accumulated in float32 and returned in the parameters' dtypes.
+    Gradients are accumulated in float32 and returned in the dtypes of ``like`` (default:
+    ``params``; e.g. the float32 master weights when ``params`` is their bfloat16 cast); with
+    ``grad_shardings`` they are constrained to those shardings.
     """
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    like = params if like is None else like
+
+    def finish(grads):
+        grads = jax.tree_util.tree_map(lambda g, p: g.astype(p.dtype), grads, like)
+        return constrain_tree(grads, grad_shardings)
+
     if num_micro == 1:
         (loss, aux), grads = grad_fn(params, batch)
-        return loss, aux, grads
+        return loss, aux, finish(grads)
     micro = split_micro_batches(batch, num_micro, mesh)
     first = jax.tree_util.tree_map(lambda x: x[0], micro)
     (loss_shape, aux_shape), _ = jax.eval_shape(grad_fn, params, first)
     zeros = lambda t: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, jnp.float32), t)  # noqa: E731
     init = (zeros(loss_shape), zeros(aux_shape),
-            jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
+            constrain_tree(jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params),
+                           grad_shardings))
 
     def body(carry, mb):
         with jax.named_scope("micro_batch"):
             (loss, aux), grads = grad_fn(params, mb)
+        grads = constrain_tree(grads, grad_shardings)
         add = lambda a, b: jax.tree_util.tree_map(lambda x, y: x + y.astype(jnp.float32), a, b)  # noqa: E731
-        return (carry[0] + loss.astype(jnp.float32), add(carry[1], aux), add(carry[2], grads)), None
+        acc = constrain_tree(add(carry[2], grads), grad_shardings)
+        return (carry[0] + loss.astype(jnp.float32), add(carry[1], aux), acc), None
 
     (loss, aux, grads), _ = jax.lax.scan(body, init, micro)
-    grads = jax.tree_util.tree_map(lambda g, p: g.astype(p.dtype), grads, params)
-    return loss, aux, grads
+    return loss, aux, finish(grads)

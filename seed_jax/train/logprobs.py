@@ -11,6 +11,10 @@ with each chunk rematerialised), so ``[B, R, V]`` logits never exist at once::
     with z[b, j] = W_out^T h[b, P - 1 + j]  (float32)
 
 Values at padded response positions are computed but meaningless; mask them.
+
+Under a mesh (`seed_jax.models.decoder.activation_sharding`) the rows stay split over
+('data', 'fsdp') through the head: the head matrix is gathered whole once, each device computes
+the logits of its own rows, and the auto chunk is sized by the rows per device.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ import numpy as np
 from seed_jax.losses import entropy_from_logits
 from seed_jax.models import decoder
 from seed_jax.models.config import ModelConfig
-from seed_jax.train.mesh import batch_divisor, batch_sharding
+from seed_jax.models.decoder import init_params
+from seed_jax.train.mesh import batch_divisor, batch_sharding, tree_shardings
 
-# Auto chunk: at most this many float32 logits (B x chunk x V) per chunk (64 MiB).
+# Auto chunk: at most this many float32 logits (rows per device x chunk x V) per chunk (64 MiB).
 LOGITS_BUDGET = 1 << 24
 
 
@@ -39,9 +44,10 @@ def auto_chunk(batch: int, resp_len: int, vocab: int, budget: int = LOGITS_BUDGE
 def token_logprobs_from_hidden(params, cfg: ModelConfig, hidden: jax.Array, targets: jax.Array,
                                chunk: int | None = None, with_entropy: bool = True):
     """``hidden [B, R, H]`` (already aligned: row j predicts ``targets[:, j]``) ->
-    ``(logp [B, R], entropy [B, R] or None)``, float32, LM head chunked over R."""
+    ``(logp [B, R], entropy [B, R] or None)``, float32, LM head chunked over R (auto: by the
+    rows each device holds, `decoder.row_shards`)."""
     B, R, H = hidden.shape
-    c = chunk or auto_chunk(B, R, cfg.vocab_size)
+    c = chunk or auto_chunk(max(1, B // decoder.row_shards()), R, cfg.vocab_size)
     c = min(c, R)
 
     def piece(h, t):
@@ -84,10 +90,39 @@ def response_logprobs(params, cfg: ModelConfig, ids: jax.Array, mask: jax.Array,
     return token_logprobs_from_hidden(params, cfg, h, targets, chunk, with_entropy)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "prompt_len", "resp_len", "chunk"))
-def _logprobs_jit(params, ids, mask, *, cfg, prompt_len, resp_len, chunk):
-    return response_logprobs(params, cfg, ids, mask, prompt_len, resp_len, chunk,
-                             with_entropy=False)[0]
+def param_shardings(model_cfg: ModelConfig, mesh):
+    """NamedShardings of the model's parameter tree by `mesh.PARAM_RULES` (nothing allocated)."""
+    abstract = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
+    return tree_shardings(abstract, mesh)
+
+
+def scoring_params(params, model_cfg: ModelConfig, mesh=None):
+    """Parameters for log-prob passes only (e.g. the frozen reference): cast to the compute
+    dtype and, with a ``mesh``, placed sharded by the parameter rules like the policy's."""
+    cast = jax.jit(functools.partial(decoder.cast_to_compute, cfg=model_cfg),
+                   out_shardings=None if mesh is None else param_shardings(model_cfg, mesh))
+    return cast(params)
+
+
+@functools.lru_cache(maxsize=32)
+def make_logprob_pass(model_cfg: ModelConfig, prompt_len: int, resp_len: int, chunk: int | None = None,
+                      mesh=None):
+    """``pass(params, ids [B, P+R], mask [B, P+R]) -> logp [B, R]``: one jitted scoring pass.
+
+    With a ``mesh``: params sharded by the parameter rules, rows over ('data', 'fsdp') in and
+    out, activations constrained to rows (`decoder.activation_sharding`); the params are cast
+    to the compute dtype inside (before their all-gather). Cached on its (hashable) arguments;
+    accepts abstract inputs (``.lower(ShapeDtypeStruct ...)``) for ahead-of-time plans.
+    """
+    def run(params, ids, mask):
+        with decoder.activation_sharding(mesh):
+            return response_logprobs(decoder.cast_to_compute(params, model_cfg), model_cfg, ids, mask,
+                                     prompt_len, resp_len, chunk, with_entropy=False)[0]
+
+    if mesh is None:
+        return jax.jit(run)
+    rows = batch_sharding(mesh)
+    return jax.jit(run, in_shardings=(param_shardings(model_cfg, mesh), rows, rows), out_shardings=rows)
 
 
 def compute_logprobs(params, cfg: ModelConfig, ids, mask, prompt_len: int, resp_len: int,
@@ -97,7 +132,8 @@ def compute_logprobs(params, cfg: ModelConfig, ids, mask, prompt_len: int, resp_
     For ``old_logp`` (theta_old), ``ref_logp`` (reference params) or ``teacher_logp``
     (theta_old on the teacher twins). The last micro-batch is padded to the static size with
     all-masked rows (their output is dropped), so one program serves every call. With a
-    ``mesh`` the rows are sharded over ('data', 'fsdp'); params should already be placed.
+    ``mesh`` the pass runs sharded (`make_logprob_pass`); params not yet placed by the rules
+    are placed first (`scoring_params` places a frozen tree once).
     """
     ids = np.asarray(ids, np.int32)
     mask = np.asarray(mask, np.int32)
@@ -110,6 +146,8 @@ def compute_logprobs(params, cfg: ModelConfig, ids, mask, prompt_len: int, resp_
             raise ValueError(f"micro_batch {micro_batch} must be a multiple of the "
                              f"data x fsdp mesh size {batch_divisor(mesh)}")
         sharding = batch_sharding(mesh)
+        params = jax.device_put(params, param_shardings(cfg, mesh))
+    run = make_logprob_pass(cfg, prompt_len, resp_len, chunk, mesh)
     outs = []
     for s in range(0, B, micro_batch):
         i, m = ids[s:s + micro_batch], mask[s:s + micro_batch]
@@ -119,8 +157,7 @@ def compute_logprobs(params, cfg: ModelConfig, ids, mask, prompt_len: int, resp_
             m = np.concatenate([m, np.zeros((micro_batch - n, m.shape[1]), np.int32)])
         if sharding is not None:
             i, m = jax.device_put(i, sharding), jax.device_put(m, sharding)
-        outs.append((n, _logprobs_jit(params, i, m, cfg=cfg, prompt_len=prompt_len,
-                                      resp_len=resp_len, chunk=chunk)))
+        outs.append((n, run(params, i, m)))
     if not outs:
         return np.zeros((0, resp_len), np.float32)
     return np.concatenate([np.asarray(o)[:n] for n, o in outs]).astype(np.float32)

@@ -46,9 +46,15 @@ PARAM_RULES: tuple[tuple[str, P], ...] = (
 
 def make_mesh(data: int | None = None, fsdp: int = 1, tensor: int = 1,
               devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A ``(data, fsdp, tensor)`` mesh; ``data=None`` puts all remaining devices on 'data'."""
+    """A ``(data, fsdp, tensor)`` mesh; ``data=None`` (or -1) puts all remaining devices on
+    'data'; ``fsdp=-1`` puts each host's devices (over ``tensor``) on 'fsdp' (ZeRO-3 within a
+    host, data parallel across hosts)."""
     devices = list(devices if devices is not None else jax.devices())
     n = len(devices)
+    if fsdp == -1:
+        fsdp = max(1, n // max(1, jax.process_count()) // tensor)
+    if data == -1:
+        data = None
     if fsdp < 1 or tensor < 1 or n % (fsdp * tensor):
         raise ValueError(f"fsdp={fsdp} x tensor={tensor} must divide the device count {n}")
     if data is None:

@@ -21,8 +21,9 @@ import numpy as np
 import optax
 
 from seed_jax.losses import TokenSum
+from seed_jax.models.decoder import activation_sharding, cast_to_compute
 from seed_jax.train.config import TrainConfig
-from seed_jax.train.grad_accum import accumulate_gradients
+from seed_jax.train.grad_accum import accumulate_gradients, constrain_tree
 from seed_jax.train.mesh import batch_divisor, batch_sharding, replicated
 from seed_jax.train.state import (
     TrainState,
@@ -65,11 +66,17 @@ def build_step(micro_loss: Callable, token_count: Callable, model_cfg, train_cfg
     it (trace time); ``token_count(batch)`` is the global token count N;
     ``micro_loss(params, micro_batch, N) -> (loss, {name: TokenSum})`` with the loss already
     divided by N. State shardings follow `mesh.PARAM_RULES`, the batch is split by rows over
-    ('data', 'fsdp'), metrics are replicated; the state is donated. Metrics: the micro-loss's
+    ('data', 'fsdp'), metrics are replicated; the state is donated. ``micro_loss`` is traced
+    under `decoder.activation_sharding(mesh)` (activations split by rows) and receives the
+    parameters cast to the compute dtype (`decoder.cast_to_compute`, once per step on the
+    sharded master weights, before any all-gather); gradients are accumulated in float32,
+    constrained to the parameter shardings and returned in the master dtype. Metrics: the micro-loss's
     TokenSums (summed over micro-batches) and the scalars ``loss`` (the step's loss, a token
     mean over its N tokens), ``tokens`` (N), ``grad_norm``, ``lr``, ``skipped``.
     """
     div = batch_divisor(mesh)
+    cfg = train_cfg.apply_to(model_cfg)
+    shardings = state_shardings(abstract_train_state(model_cfg, train_cfg), mesh)
 
     def step(state: TrainState, batch):
         batch.validate(train_cfg)
@@ -79,15 +86,18 @@ def build_step(micro_loss: Callable, token_count: Callable, model_cfg, train_cfg
             raise ValueError(f"micro-batch of {rows // n_micro} rows is not a multiple of the "
                              f"data x fsdp mesh size {div}")
         n_tok = token_count(batch)
-        loss, aux, grads = accumulate_gradients(
-            lambda p, mb: micro_loss(p, mb, n_tok), state.params, batch, n_micro, mesh)
+        with activation_sharding(mesh):
+            # cast once, on the shards: every all-gather in the loops below moves compute-dtype bytes
+            params = constrain_tree(cast_to_compute(state.params, cfg), shardings.params)
+            loss, aux, grads = accumulate_gradients(
+                lambda p, mb: micro_loss(p, mb, n_tok), params, batch, n_micro, mesh,
+                grad_shardings=shardings.params, like=state.params)
         new_state, metrics = apply_update(state, grads, loss, train_cfg, rows)
         metrics.update(aux)
         metrics["loss"] = loss
         metrics["tokens"] = n_tok
         return new_state, metrics
 
-    shardings = state_shardings(abstract_train_state(model_cfg, train_cfg), mesh)
     return jax.jit(step, in_shardings=(shardings, batch_sharding(mesh)),
                    out_shardings=(shardings, replicated(mesh)), donate_argnums=0)
 
