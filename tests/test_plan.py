@@ -146,6 +146,9 @@ DIRECT = textwrap.dedent("""
     from seed_jax.train.state import abstract_train_state
     from seed_jax.train.step import make_train_step
 
+    # the direct compile below builds the same program: the persistent cache spares a second compile
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     c = get_config("tiny")
     c.train.micro_batch_size = 8
     c.rl.mini_batch_size = 16
@@ -167,8 +170,8 @@ DIRECT = textwrap.dedent("""
 """)
 
 
-def test_plan_on_8_cpu_devices_agrees_with_a_direct_compile():
-    r = _run(["-c", DIRECT])
+def test_plan_on_8_cpu_devices_agrees_with_a_direct_compile(tmp_path):
+    r = _run(["-c", DIRECT, str(tmp_path / "cache")])
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["mesh"] == {"data": 8, "fsdp": 1, "tensor": 1}

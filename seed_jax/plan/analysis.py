@@ -42,6 +42,8 @@ def model_config_of(config) -> ModelConfig:
     run's dtypes and remat: no weights are read."""
     m = config.model
     overrides = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+    if "attention" in m:
+        overrides["attention"] = m.attention
     if m.random_init:
         from seed_jax.models.tokenizer import load_tokenizer
         return random_model_config(config, load_tokenizer(m.tokenizer))
@@ -97,6 +99,7 @@ class ProgramPlan:
 class Plan:
     target: str
     devices: int
+    hosts: int
     mesh: dict[str, int]
     model: dict
     approximate_memory: bool
@@ -176,11 +179,20 @@ def measure(program: Program, target: Target) -> ProgramPlan:
         unknown_loops=stats.unknown_loops)
 
 
+def target_hosts(target: Target) -> int:
+    """The processes (hosts) the target's devices belong to (a TPU topology spans several)."""
+    return len({getattr(d, "process_index", 0) for d in target.devices})
+
+
 def target_mesh(config, target: Target):
-    """The run's ``(data, fsdp, tensor)`` mesh over the target's devices (`make_mesh`)."""
+    """The run's ``(data, fsdp, tensor)`` mesh over the target's devices (`make_mesh`), as each of
+    the target's hosts would build it (``mesh.fsdp = -1``: each host's devices)."""
     m = config.mesh
+    fsdp = m.fsdp
+    if fsdp == -1:
+        fsdp = max(1, target.num_devices // target_hosts(target) // m.tensor)
     try:
-        return make_mesh(None if m.data == -1 else m.data, m.fsdp, m.tensor, devices=list(target.devices))
+        return make_mesh(None if m.data == -1 else m.data, fsdp, m.tensor, devices=list(target.devices))
     except ValueError as e:
         raise PlanConfigError(f"config.mesh: {e} ({target.spec})") from None
 
@@ -195,15 +207,17 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
     model_cfg = model_config_of(config)
     mesh = target_mesh(config, target)
     programs = []
-    for p in run_programs(config, model_cfg, mesh, names):
+    for p in run_programs(config, model_cfg, mesh, names, hosts=target_hosts(target)):
         if progress is not None:
             progress(p.name)
         programs.append(measure(p, target))
         if stop_at_misfit and not programs[-1].fits:
             break
     model = {"layers": model_cfg.num_layers, "hidden": model_cfg.hidden_size, "vocab": model_cfg.vocab_size,
-             "dtype": model_cfg.dtype, "param_dtype": model_cfg.param_dtype, "remat": model_cfg.remat}
-    return Plan(target.spec, target.num_devices, dict(mesh.shape), model, target.approximate_memory, programs)
+             "dtype": model_cfg.dtype, "param_dtype": model_cfg.param_dtype, "remat": model_cfg.remat,
+             "attention": getattr(model_cfg, "attention", "reference")}
+    return Plan(target.spec, target.num_devices, target_hosts(target), dict(mesh.shape), model,
+                target.approximate_memory, programs)
 
 
 def misfit_message(plan: Plan) -> str | None:
@@ -224,7 +238,8 @@ def format_plan(plan: Plan) -> str:
     """The plan as a text table and the verdict line ``fits: yes|no`` (last)."""
     mesh = " x ".join(f"{k}={v}" for k, v in plan.mesh.items())
     hbm = plan.programs[0].hbm if plan.programs else 0.0
-    lines = [f"target {plan.target}: {plan.devices} devices, mesh {mesh}, {_gb(hbm)} GB per device",
+    lines = [f"target {plan.target}: {plan.devices} devices on {plan.hosts} host(s), mesh {mesh}, "
+             f"{_gb(hbm)} GB per device",
              f"model: {plan.model}"]
     if plan.approximate_memory:
         lines.append("memory figures come from XLA:CPU standing in for the target: approximate")

@@ -24,7 +24,8 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
 
 from seed_jax import sampling
 from seed_jax.buckets import round_to_multiple, round_up, row_bucket
@@ -34,8 +35,8 @@ from seed_jax.pipeline.runtime import sft_train_config, train_config
 from seed_jax.sampling import SamplingParams
 from seed_jax.train.batch import SeedBatch, SftBatch
 from seed_jax.train.config import TrainConfig
-from seed_jax.train.logprobs import _logprobs_jit
-from seed_jax.train.mesh import batch_divisor, batch_sharding, replicated, tree_shardings
+from seed_jax.train.logprobs import make_logprob_pass, param_shardings
+from seed_jax.train.mesh import batch_divisor, batch_sharding, replicated
 from seed_jax.train.sft import make_sft_step
 from seed_jax.train.state import abstract_train_state
 from seed_jax.train.step import make_train_step
@@ -139,19 +140,26 @@ def sft_program(model_cfg: ModelConfig, tc: TrainConfig, s: Shapes, mesh) -> Pro
 
 
 def logprob_program(name: str, model_cfg: ModelConfig, tc: TrainConfig, rows: int, prompt_len: int, resp_len: int,
-                    mesh) -> Program:
+                    mesh, hosts: int = 1) -> Program:
     """One jitted log-prob pass (old / ref / teacher-from-old) of ``rows`` rows, as the RL stage
-    calls it: parameters as the train state holds them, rows whole on every device."""
+    runs it (`seed_jax.train.logprobs.make_logprob_pass`): on one host under the mesh (parameters
+    by the rules, rows split); on several hosts host-local, whole parameters on one device."""
     cfg = tc.apply_to(model_cfg)
     params = abstract_train_state(model_cfg, tc).params
-    p = with_sharding(params, tree_shardings(params, mesh))
-    ids = sds((rows, prompt_len + resp_len), jnp.int32, replicated(mesh))
-
-    def fn(params, ids, mask):
-        return _logprobs_jit(params, ids, mask, cfg=cfg, prompt_len=prompt_len, resp_len=resp_len,
-                             chunk=tc.logits_chunk)
-
-    return Program(name, jax.jit(fn), (p, ids, ids), f"{rows} rows x {prompt_len}+{resp_len} tokens")
+    ids_shape = (rows, prompt_len + resp_len)
+    note = f"{rows} rows x {prompt_len}+{resp_len} tokens"
+    if hosts == 1:
+        _check_rows("train.micro_batch_size", rows, mesh)
+        fn = make_logprob_pass(cfg, prompt_len, resp_len, tc.logits_chunk, mesh)
+        p = with_sharding(params, param_shardings(cfg, mesh))
+        ids = sds(ids_shape, jnp.int32, batch_sharding(mesh))
+    else:
+        one = replicated(Mesh(np.asarray(mesh.devices).reshape(-1)[:1].reshape(1, 1, 1), mesh.axis_names))
+        fn = make_logprob_pass(cfg, prompt_len, resp_len, tc.logits_chunk, None)
+        p = with_sharding(params, one)
+        ids = sds(ids_shape, jnp.int32, one)
+        note += f"; host-local on {hosts} hosts: whole parameters on one device"
+    return Program(name, fn, (p, ids, ids), note)
 
 
 def sampler_programs(label: str, model_cfg: ModelConfig, params, rows: int, prompt_len: int, sp: SamplingParams,
@@ -180,8 +188,9 @@ def sampler_programs(label: str, model_cfg: ModelConfig, params, rows: int, prom
                     f"{note}; one chunk of {sp.chunk} steps", unknown_trips=sp.chunk)]
 
 
-def run_programs(config, model_cfg: ModelConfig, mesh, names: set[str] | None = None) -> list[Program]:
-    """Every program of a run config (module docstring), or those whose name is in ``names``."""
+def run_programs(config, model_cfg: ModelConfig, mesh, names: set[str] | None = None, hosts: int = 1) -> list[Program]:
+    """Every program of a run config (module docstring), or those whose name is in ``names``;
+    ``hosts``: the processes the mesh's devices belong to."""
     tc = train_config(config)
     s = Shapes.of(config)
     want = (lambda n: names is None or n in names or n.rsplit("_", 1)[0] in names)  # noqa: E731
@@ -191,10 +200,10 @@ def run_programs(config, model_cfg: ModelConfig, mesh, names: set[str] | None = 
     if want("sft_step"):
         out.append(sft_program(model_cfg, sft_train_config(config), s, mesh))
     if want("logprobs"):
-        out.append(logprob_program("logprobs", model_cfg, tc, s.micro_batch, s.prompt, s.response, mesh))
+        out.append(logprob_program("logprobs", model_cfg, tc, s.micro_batch, s.prompt, s.response, mesh, hosts))
     if want("teacher_logprobs"):
         out.append(logprob_program("teacher_logprobs", model_cfg, tc, s.micro_batch, s.teacher_prompt, s.response,
-                                   mesh))
+                                   mesh, hosts))
     params = abstract_train_state(model_cfg, tc).params
     cfg = tc.apply_to(model_cfg)
     r = config.rollout
