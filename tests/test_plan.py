@@ -236,3 +236,17 @@ def test_tpu_plan_of_a_tiny_config(tmp_path):
     assert p["hbm"] == 16 * 2**30 and 0 < p["total"] < p["hbm"]
     assert p["flops"] > 0 and p["unknown_loops"] == []
     assert r.stdout.strip().splitlines()[-1] == "fits: yes"
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("tpu:v9:2x2", "expected tpu:<generation>:<topology>"),
+    ("tpu:v5e", "expected tpu:<generation>:<topology>"),
+    ("gpu:h100x0", "expected gpu:<kind>x<n>"),
+    ("cpu:0", "expected cpu:<n> with n >= 1"),
+    ("fpga:4", "expected tpu:<topology>, gpu:<kind>x<n>, cpu:<n> or native"),
+])
+def test_bad_target_spellings_name_what_is_expected(spec, says):
+    from seed_jax.plan.targets import TargetError, parse_target
+
+    with pytest.raises(TargetError, match=f"--target={spec}: {says}".replace("(", r"\(").replace(")", r"\)")):
+        parse_target(spec)
