@@ -145,7 +145,7 @@ def measure(program: Program, target: Target) -> ProgramPlan:
     """
     t0 = time.time()
     try:
-        compiled = program.fn.lower(*program.args).compile()
+        compiled = program.lower().compile()
     except Exception as e:
         temp = _oom_temp_bytes(str(e))
         if temp is None:

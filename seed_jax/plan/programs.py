@@ -48,14 +48,18 @@ class PlanConfigError(ValueError):
 
 @dataclasses.dataclass
 class Program:
-    """One compiled program of a run: ``fn.lower(*args)``; ``note`` says what it stands for."""
-
+    """One compiled program of a run: ``fn.lower(*args)`` (or an already ``lowered`` program, as a
+    builder that lowers its own programs returns them); ``note`` says what it stands for."""
 
     name: str
-    fn: Callable
+    fn: Callable | None
     args: tuple
     note: str = ""
     unknown_trips: int = 1  # trips of a data-dependent loop (a decode chunk: its length)
+    lowered: object = None
+
+    def lower(self):
+        return self.lowered if self.lowered is not None else self.fn.lower(*self.args)
 
 
 def sds(shape, dtype, sharding) -> jax.ShapeDtypeStruct:
