@@ -197,7 +197,9 @@ def run_programs(config, model_cfg: ModelConfig, mesh, names: set[str] | None = 
     ``hosts``: the processes the mesh's devices belong to."""
     tc = train_config(config)
     s = Shapes.of(config)
-    want = (lambda n: names is None or n in names or n.rsplit("_", 1)[0] in names)  # noqa: E731
+    def want(n: str) -> bool:  # a program, its group (rollout: prefill and decode), or a group with a member named
+        return names is None or n in names or n.rsplit("_", 1)[0] in names or any(m.startswith(n + "_") for m in names)
+
     out = []
     if want("train_step"):
         out.append(train_program(model_cfg, tc, s, mesh))
