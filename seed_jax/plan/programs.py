@@ -38,7 +38,7 @@ from seed_jax.train.config import TrainConfig
 from seed_jax.train.logprobs import make_logprob_pass, param_shardings
 from seed_jax.train.mesh import batch_divisor, batch_sharding, replicated
 from seed_jax.train.sft import make_sft_step
-from seed_jax.train.state import abstract_train_state
+from seed_jax.train.state import abstract_train_state, state_shardings
 from seed_jax.train.step import make_train_step
 
 
@@ -124,10 +124,16 @@ def seed_batch(tc: TrainConfig, rows: int, s: Shapes, mesh) -> SeedBatch:
                      teacher_logp=per_tok if tc.use_teacher and tc.teacher_from_old else None)
 
 
+def abstract_state(model_cfg: ModelConfig, tc: TrainConfig, mesh):
+    """The abstract `TrainState` with the shardings the steps give it (`state_shardings`)."""
+    state = abstract_train_state(model_cfg, tc)
+    return with_sharding(state, state_shardings(state, mesh))
+
+
 def train_program(model_cfg: ModelConfig, tc: TrainConfig, s: Shapes, mesh) -> Program:
     """The SEED train step on one mini-batch."""
     _check_rows("train.micro_batch_size", s.micro_batch, mesh)
-    state = abstract_train_state(model_cfg, tc)
+    state = abstract_state(model_cfg, tc, mesh)
     note = f"{s.mini_batch} rows x {s.prompt}+{s.response} tokens, micro-batches of {s.micro_batch}"
     return Program("train_step", make_train_step(model_cfg, tc, mesh), (state, seed_batch(tc, s.mini_batch, s, mesh)),
                    note)
@@ -140,7 +146,7 @@ def sft_program(model_cfg: ModelConfig, tc: TrainConfig, s: Shapes, mesh) -> Pro
     B, L = s.sft_rows, s.analysis_prompt + s.sft_answer
     batch = SftBatch(sds((B, L), jnp.int32, sh), sds((B, L), jnp.int32, sh), sds((B, s.sft_answer), jnp.float32, sh))
     note = f"{B} rows x {s.analysis_prompt}+{s.sft_answer} tokens, micro-batches of {s.sft_micro}"
-    return Program("sft_step", make_sft_step(model_cfg, tc, mesh), (abstract_train_state(model_cfg, tc), batch), note)
+    return Program("sft_step", make_sft_step(model_cfg, tc, mesh), (abstract_state(model_cfg, tc, mesh), batch), note)
 
 
 def logprob_program(name: str, model_cfg: ModelConfig, tc: TrainConfig, rows: int, prompt_len: int, resp_len: int,
