@@ -250,3 +250,17 @@ def test_bad_target_spellings_name_what_is_expected(spec, says):
 
     with pytest.raises(TargetError, match=f"--target={spec}: {says}".replace("(", r"\(").replace(")", r"\)")):
         parse_target(spec)
+
+
+def test_hlo_flops_of_a_batched_matmul_written_as_a_dilated_convolution():
+    """XLA:TPU writes ``q k^T`` per (batch, head) as a convolution whose window covers the batch and
+    head dims over an input dilated by the window: one input element per output and tap dim."""
+    text = """\
+ENTRY %main (a: bf16[2,512,8,128], b: bf16[2,512,8,128]) -> bf16[2,8,512,512] {
+  %a = bf16[2,512,8,128]{3,2,1,0} parameter(0)
+  %b = bf16[2,512,8,128]{3,2,1,0} parameter(1)
+  ROOT %c = bf16[2,8,512,512]{3,2,1,0} convolution(%a, %b), window={size=2x8 stride=1x7 lhs_dilate=2x8}, dim_labels=0b1f_0o1i->01bf
+}
+"""
+    B, H, T, D = 2, 8, 512, 128
+    assert hlo.analyze(text, 1).flops == 2 * B * H * T * T * D

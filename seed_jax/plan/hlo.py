@@ -17,7 +17,11 @@ conditions, called and branch computations, async wrappers; not fusion bodies or
                                                             2 (n-1)/n for all-reduce; 1 for
                                                             collective-permute (n: group size)
     flops                  = sum m * 2 * |result| * K       over dot / convolution (also inside
-                                                            fusions); K = contracted size
+                                                            fusions); K = contracted size (a
+                                                            convolution: input features x the
+                                                            window taps that meet an input
+                                                            element: XLA:TPU writes batched
+                                                            matmuls as dilated convolutions)
     hbm bytes              = sum m * (bytes read + written) per top-level instruction; a fusion
                                                             operand only dynamic-sliced counts
                                                             its slices, an in-place dynamic-update
@@ -32,6 +36,8 @@ import dataclasses
 import math
 import re
 from collections import defaultdict
+
+import numpy as np
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 
@@ -240,13 +246,42 @@ def _dot_flops(comp: Computation, ins: Instr) -> float:
         dims = arrays(lhs.shape)[0][1]
         k = math.prod(dims[int(i)] for i in m.group(1).split(",") if i)
         return 2.0 * out * k
-    m = re.search(r"dim_labels=\w+_(\w+)->", ins.attrs)
-    if rhs is None or not m:
+    m = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", ins.attrs)
+    if rhs is None or lhs is None or not m:
         return 0.0
-    dims = arrays(rhs.shape)[0][1]
-    labels = m.group(1)
-    k = math.prod(d for d, lab in zip(dims, labels) if lab != "o")
-    return 2.0 * out * k
+    lhs_dims, rhs_dims, out_dims = arrays(lhs.shape)[0][1], arrays(rhs.shape)[0][1], arrays(ins.shape)[0][1]
+    lhs_lab, rhs_lab, out_lab = m.groups()
+    k = math.prod(d for d, lab in zip(rhs_dims, rhs_lab) if lab == "i")
+    win = _window(ins.attrs)
+    per_out = 1.0  # window taps that meet an input element, per output position (module docstring)
+    for i in range(sum(c.isdigit() for c in rhs_lab)):
+        n, o = lhs_dims[lhs_lab.index(str(i))], out_dims[out_lab.index(str(i))]
+        size = rhs_dims[rhs_lab.index(str(i))]
+        at = {key: (win[key][i] if key in win else d) for key, d in
+              (("pad", (0, 0)), ("stride", 1), ("lhs_dilate", 1), ("rhs_dilate", 1))}
+        per_out *= _taps(n, o, size, at["stride"], at["pad"][0], at["lhs_dilate"], at["rhs_dilate"]) / max(o, 1)
+    return 2.0 * out * k * per_out
+
+
+def _window(attrs: str) -> dict[str, list]:
+    """``window={size=2x8 stride=1x7 pad=1_1x7_7 lhs_dilate=1x7 ...}`` -> ``{key: [per dim]}``."""
+    m = re.search(r"window=\{([^}]*)\}", attrs)
+    out: dict[str, list] = {}
+    for item in (m.group(1).split() if m else []):
+        key, _, val = item.partition("=")
+        parts = val.split("x")
+        out[key] = [tuple(int(v) for v in p.split("_")) for p in parts] if key == "pad" else \
+            [int(p) if p.lstrip("-").isdigit() else p for p in parts]
+    return out
+
+
+def _taps(n: int, o: int, size: int, stride: int, lo: int, lhs_dilate: int, rhs_dilate: int) -> int:
+    """Pairs (output position, window tap) of one spatial dimension whose input position holds an
+    element: ``p = o * stride + j * rhs_dilate - lo`` with ``p % lhs_dilate == 0`` and
+    ``0 <= p / lhs_dilate < n`` (padding and dilation holes hold none)."""
+    pos = np.arange(o)[:, None] * stride + np.arange(size)[None, :] * rhs_dilate - lo
+    ok = (pos >= 0) & (pos % lhs_dilate == 0) & (pos // lhs_dilate < n)
+    return int(ok.sum())
 
 
 class _Walker:
