@@ -14,7 +14,10 @@ from pathlib import Path
 
 def rows(path: Path) -> list[str]:
     plan = json.loads(path.read_text())
-    model = path.name.split("_")[0]
+    before = path.name.startswith("before_")
+    model = path.name.removeprefix("before_").split("_")[0] + (" (presets before ZeRO-3)" if before else "")
+    segs = path.name.removeprefix("before_").split("_", 2)[-1].split(".")  # target[.knob].programs.json
+    model += f" `{segs[1]}`" if len(segs) > 3 else ""
     mesh = "x".join(str(v) for v in plan["mesh"].values())
     out = []
     for p in plan["programs"]:
