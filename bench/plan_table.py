@@ -21,12 +21,12 @@ def rows(path: Path) -> list[str]:
     mesh = "x".join(str(v) for v in plan["mesh"].values())
     out = []
     for p in plan["programs"]:
-        coll = sum(p["collective_bytes"].values()) / 1e9
+        coll = "-" if p.get("error") else f"{sum(p['collective_bytes'].values()) / 1e9:.1f}"
         mfu = f"{p['mfu']:.0%}" if not p.get("error") else "-"
         roof = f"{p['roofline_s']:.2f}" if not p.get("error") else "-"
         fits = "yes" if p["fits"] else "**no**" + (" (XLA: out of memory)" if p.get("error") else "")
         out.append(f"| {model} | `{plan['target']}` ({mesh}) | {p['name']} | {p['total'] / 1e9:.1f} / "
-                   f"{p['hbm'] / 1e9:.1f} | {fits} | {coll:.1f} | {roof} | {mfu} | {p['compile_s']:.0f} |")
+                   f"{p['hbm'] / 1e9:.1f} | {fits} | {coll} | {roof} | {mfu} | {p['compile_s']:.0f} |")
     return out
 
 
