@@ -19,7 +19,9 @@ Relaunching on a run directory resumes it: finished stages are skipped, RL conti
 last checkpoint, and a raised ``rl.num_updates`` continues RL (and redoes eval). A config that
 differs from the directory's config.json in keys that change results is refused (exit 2),
 naming them: use a new ``--workdir`` or ``--force``. ``--dry_run`` prints the resolved config and
-what would run. Config and input errors exit 2 with one line.
+what would run. Before the first stage (and with ``--dry_run``, after printing) every program of
+the run is compiled ahead of time for the run's devices (``--plan``, `seed_jax.plan`); a program
+that does not fit stops the run in seconds, naming it. Config and input errors exit 2 with one line.
 
 On several hosts (``JAX_COORDINATOR_ADDRESS`` etc. set, or a TPU pod) JAX's distributed runtime
 is initialised first; each host runs its own environments for its share of the tasks and one
@@ -66,6 +68,9 @@ _FORCE = flags.DEFINE_bool("force", False, "Relaunch on a run directory even whe
                            "that change results (config.json is overwritten; finished stages stay finished)")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the resolved config and the stages that would run; "
                              "load no model, run nothing")
+_PLAN = flags.DEFINE_string("plan", "auto", "Compile every program for the run's devices before the first stage and "
+                            "stop when one does not fit: auto (on TPU / GPU devices), yes, no; or, with --dry_run, a "
+                            "target to plan for instead (tpu:v5e:4x4, gpu:h100x8, cpu:8; see python -m seed_jax.plan)")
 
 log = logging.getLogger("seed_jax")
 HOST0_STAGES = ("collect", "annotate", "eval")  # small host-side stages; sft and rl use every host
@@ -76,7 +81,7 @@ WORKDIR_NAME_NEUTRAL = RESULT_NEUTRAL_KEYS | {"method", "rl.num_updates"}
 
 
 def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str | None = None,
-                 force: bool = False, dry_run: bool = False) -> dict:
+                 force: bool = False, dry_run: bool = False, plan: str = "no") -> dict:
     """Check, then run the requested stages in order; returns each stage's summary.
 
     Before any work: `validate` (impossible values), `check_inputs` (``model.path`` for the
@@ -84,7 +89,10 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     config.json; ``force`` accepts keys that change results) and, when a stage that steps
     environments will run, the HTTP retriever; each raises `ConfigValueError`. ``dry_run``: print
     the resolved config and the stage plan, and return the plan (``{stage: {"plan", "why"}}``).
-    ``rl_callbacks``: called with each RL update's `seed_jax.pipeline.rl.UpdateRecord`.
+    ``rl_callbacks``: called with each RL update's `seed_jax.pipeline.rl.UpdateRecord`. ``plan``
+    (`check_plan`): compile every program for the run's devices (``"yes"``, ``"auto"``: on TPU / GPU)
+    or, with ``dry_run``, for a target (``"gpu:h100x8"``) and raise `ConfigValueError` naming the
+    first program that does not fit.
     """
     if stages is not None:
         config.stages = stages
@@ -92,8 +100,8 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     check_inputs(config, preset)
     workdir = Path(workdir).absolute()
     relaunch = check_relaunch(config, workdir, force)
-    plan = stage_plan(config, workdir, relaunch.old)
-    busy = [p.stage for p in plan if p.action != "skip"]
+    stage_list = stage_plan(config, workdir, relaunch.old)
+    busy = [p.stage for p in stage_list if p.action != "skip"]
     if config.env.name == "search" and config.env.retriever == "http" and set(busy) & set(ENV_STAGES):
         check_retriever(config.env.retriever_url)
     if dry_run:
@@ -102,9 +110,10 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         if relaunch.changed:
             print(f"changed since config.json ({'forced' if relaunch.forced else 'allowed'}): "
                   f"{', '.join(relaunch.changed)}")
-        for p in plan:
+        for p in stage_list:
             print(f"  {p.stage:9s} {p.action:7s} {p.why}")
-        return {p.stage: {"plan": p.action, "why": p.why} for p in plan}
+        check_plan(config, plan, dry_run=True)
+        return {p.stage: {"plan": p.action, "why": p.why} for p in stage_list}
     if relaunch.changed:
         log.warning("config differs from %s in %s (%s); config.json updated", workdir / "config.json",
                     ", ".join(relaunch.changed), "forced" if relaunch.forced else "allowed")
@@ -115,12 +124,14 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
 
     run = Run(config, workdir)
     write_config(config, workdir)
+    if busy:
+        check_plan(config, plan)
     mesh = make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     actions = {"collect": lambda: stage1.collect(run), "annotate": lambda: stage1.annotate_stage(run),
                "sft": lambda: stage1.sft(run, mesh), "rl": lambda: rl.rl(run, mesh, rl_callbacks),
                "eval": lambda: evaluate.eval_stage(run)}
     out = {}
-    for item in plan:
+    for item in stage_list:
         stage = item.stage
         if item.action == "skip":
             out[stage] = run.done(stage)
@@ -147,6 +158,37 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         if (run.workdir / "eval" / "results.md").exists():
             print((run.workdir / "eval" / "results.md").read_text())
     return out
+
+
+def check_plan(config, plan: str, dry_run: bool = False) -> None:
+    """Plan the run's programs (`seed_jax.plan`) when ``plan`` asks for it; `ConfigValueError` naming
+    the first program that does not fit. ``plan``: ``no``; ``yes``; ``auto`` (yes when the devices are
+    TPUs or GPUs); with ``dry_run`` also a target spelling, planned in this process (fake CPU devices
+    need a process whose JAX backend has not started)."""
+    from seed_jax.plan.analysis import format_plan, misfit_message, plan_run
+    from seed_jax.plan.programs import PlanConfigError
+    from seed_jax.plan.targets import TargetError, native_target, parse_target
+
+    if plan == "no" or (plan == "auto" and jax.default_backend() == "cpu"):
+        return
+    try:
+        if plan in ("yes", "auto"):
+            target = native_target()
+        elif not dry_run:
+            raise ConfigValueError(f"--plan={plan}: a target other than this machine's devices needs --dry_run")
+        else:
+            if plan.startswith(("gpu:", "cpu:")):
+                jax.config.update("jax_platforms", "cpu")
+            target = parse_target(plan)
+        result = plan_run(config, target, progress=lambda n: log.info("plan: compiling %s for %s", n, target.spec),
+                          stop_at_misfit=True)
+    except (TargetError, PlanConfigError) as e:
+        raise ConfigValueError(str(e)) from None
+    if jax.process_index() == 0:
+        print(format_plan(result))
+    why = misfit_message(result)
+    if why:
+        raise ConfigValueError(why)
 
 
 def default_workdir(config, preset: str, overrides: Mapping[str, object]) -> Path:
@@ -224,7 +266,8 @@ def main(argv):
     workdir = _WORKDIR.value or str(default_workdir(config, preset, config_flags.get_override_values(
         flags.FLAGS["config"])))
     try:
-        run_pipeline(config, workdir, _STAGES.value, preset=preset, force=_FORCE.value, dry_run=_DRY_RUN.value)
+        run_pipeline(config, workdir, _STAGES.value, preset=preset, force=_FORCE.value, dry_run=_DRY_RUN.value,
+                     plan=_PLAN.value)
     except ConfigValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -56,6 +56,7 @@ LAYERS = {
     "seed_jax.report": 4,
     "seed_jax.export": 4,  # RL checkpoint -> Hugging Face directory
     "seed_jax.chat": 4,  # terminal chat with a policy
+    "seed_jax.plan": 4,  # ahead-of-time plan of a run's programs (reads run configs like the launcher)
 }
 ENVS_FROM_LAYER = LAYERS["seed_jax.rollout"]
 NOT_FROM_LIBRARY = ("experiments", "configs")

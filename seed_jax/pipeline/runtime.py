@@ -71,12 +71,7 @@ def load_policy(config, path: str | Path | None = None) -> tuple[Model, object]:
                                m), load_tokenizer(path)
     if m.random_init:
         tok = load_tokenizer(m.tokenizer)
-        h = m.random_hidden
-        eos = tuple(sorted({tok.eos_token_id} - {None}))
-        cfg = ModelConfig(model_type="llama", vocab_size=len(tok), hidden_size=h, intermediate_size=2 * h,
-                          num_layers=m.random_layers, num_heads=4, num_kv_heads=2, head_dim=h // 4,
-                          tie_word_embeddings=True, eos_token_ids=eos, bos_token_id=tok.bos_token_id,
-                          dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
+        cfg = random_model_config(config, tok)
         return Model(cfg, init_params(cfg, jax.random.PRNGKey(config.seed)), "random"), tok
     model = load_model(m.path, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
     return _with_attention(model, m), load_tokenizer(m.tokenizer or m.path)
@@ -85,6 +80,18 @@ def load_policy(config, path: str | Path | None = None) -> tuple[Model, object]:
 def _with_attention(model: Model, m) -> Model:
     """The model with the run's attention implementation (``model.attention``)."""
     return dataclasses.replace(model, config=model.config.replace(attention=m.attention))
+
+
+def random_model_config(config, tokenizer) -> ModelConfig:
+    """The decoder of ``model.random_init``: ``model.random_layers`` layers of width ``model.random_hidden``
+    (4 heads, 2 kv heads, tied embeddings) over the tokenizer's vocabulary."""
+    m = config.model
+    h = m.random_hidden
+    eos = tuple(sorted({tokenizer.eos_token_id} - {None}))
+    return ModelConfig(model_type="llama", vocab_size=len(tokenizer), hidden_size=h, intermediate_size=2 * h,
+                       num_layers=m.random_layers, num_heads=4, num_kv_heads=2, head_dim=h // 4,
+                       tie_word_embeddings=True, eos_token_ids=eos, bos_token_id=tokenizer.bos_token_id,
+                       dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
 
 
 def save_policy(model: Model, tokenizer, out_dir: Path, dtype: str | None = None) -> Path:
@@ -122,4 +129,5 @@ def make_pool(config, bench):
                          step_timeout_s=config.env.step_timeout_s, seed=config.seed)
 
 
-__all__ = ["setup_xla", "train_config", "sft_train_config", "load_policy", "save_policy", "rollout_settings", "make_pool"]
+__all__ = ["setup_xla", "train_config", "sft_train_config", "load_policy", "random_model_config", "save_policy",
+           "rollout_settings", "make_pool"]

@@ -1,0 +1,270 @@
+"""Compile every program of a run for a target and measure it: memory, FLOPs, collectives, roofline.
+
+Per program and per device:
+
+    total    = argument + output - alias + temp + generated code     (compiled.memory_analysis())
+    fits     = total <= (1 - HEADROOM) * HBM
+    flops, hbm bytes, collective bytes            (`seed_jax.plan.hlo`: loop trip counts applied)
+    roofline = max(flops / peak, hbm_bytes / hbm_bw) + link_bytes / link_bw     (seconds)
+    mfu      = (flops / peak) / roofline
+
+``flops`` are the compiled program's matmul FLOPs (dot / convolution), rematerialised forwards
+included; XLA's own ``cost_analysis()['flops']`` (which counts loop bodies once) is kept beside it
+as ``xla_flops``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from seed_jax.models.config import ModelConfig
+from seed_jax.models.model import resolve_model_path
+from seed_jax.pipeline.runtime import random_model_config
+from seed_jax.plan import hlo
+from seed_jax.plan.programs import PlanConfigError, Program, run_programs
+from seed_jax.plan.targets import Target
+from seed_jax.train.mesh import make_mesh
+
+HEADROOM = 0.05
+GB = 1e9
+
+
+def model_config_of(config) -> ModelConfig:
+    """The decoder a run config trains, read from ``config.json`` (or a GGUF header) only, with the
+    run's dtypes and remat: no weights are read."""
+    m = config.model
+    overrides = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+    if "attention" in m:
+        overrides["attention"] = m.attention
+    if m.random_init:
+        from seed_jax.models.tokenizer import load_tokenizer
+        return random_model_config(config, load_tokenizer(m.tokenizer))
+    try:
+        path = resolve_model_path(m.path)
+    except FileNotFoundError as e:
+        raise PlanConfigError(f"config.model.path: {e}") from None
+    if path.is_file() and path.suffix == ".gguf":
+        from gguf import GGUFReader
+
+        from seed_jax.models.gguf_file import gguf_hf_config
+        return ModelConfig.from_hf(gguf_hf_config(GGUFReader(str(path))), **overrides)
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise PlanConfigError(f"config.model.path: {path} has no config.json")
+    try:
+        return ModelConfig.from_hf(json.loads(cfg_file.read_text()), **overrides)
+    except ValueError as e:
+        raise PlanConfigError(f"config.model.path: {cfg_file}: {e}") from None
+
+
+@dataclasses.dataclass
+class ProgramPlan:
+    """The figures of one program on one device (module docstring); bytes and seconds."""
+
+    name: str
+    note: str
+    argument: float
+    output: float
+    alias: float
+    temp: float
+    code: float
+    total: float
+    hbm: float
+    fits: bool
+    flops: float
+    xla_flops: float
+    hbm_bytes: float
+    collective_bytes: dict[str, float]
+    link_bytes: float
+    roofline_s: float
+    mfu: float
+    compile_s: float
+    unknown_loops: list[str]
+    error: str = ""  # why XLA refused to compile it (out of memory), when it did
+
+    @property
+    def collective_total(self) -> float:
+        return sum(self.collective_bytes.values())
+
+
+@dataclasses.dataclass
+class Plan:
+    target: str
+    devices: int
+    hosts: int
+    mesh: dict[str, int]
+    model: dict
+    approximate_memory: bool
+    programs: list[ProgramPlan]
+
+    @property
+    def fits(self) -> bool:
+        return all(p.fits for p in self.programs)
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["fits"] = self.fits
+        d["headroom"] = HEADROOM
+        return d
+
+
+def shard_bytes(args) -> float:
+    """Bytes of one device's shards of abstract arguments (``ShapeDtypeStruct``s with shardings)."""
+    total = 0.0
+    for a in jax.tree.leaves(args):
+        shape = a.sharding.shard_shape(a.shape) if getattr(a, "sharding", None) is not None else a.shape
+        total += math.prod(shape) * jnp.dtype(a.dtype).itemsize
+    return total
+
+
+_OOM = re.compile(r"memory required for HLO temporaries \(([\d.]+)([KMGT]?)\)")
+
+
+def _oom_temp_bytes(message: str) -> float | None:
+    """The temporaries of a compile that XLA refused for lack of memory (XLA:TPU checks at compile)."""
+    m = _OOM.search(message)
+    if not m:
+        return None
+    return float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2)]
+
+
+def measure(program: Program, target: Target) -> ProgramPlan:
+    """Compile one program and read its figures (module docstring).
+
+    A compile that XLA refuses because the program does not fit the device (XLA:TPU does) gives a
+    plan that does not fit: arguments from the shardings, temporaries from XLA's message, the
+    other figures zero, and the message in ``error``.
+    """
+    t0 = time.time()
+    try:
+        compiled = program.lower().compile()
+    except Exception as e:
+        temp = _oom_temp_bytes(str(e))
+        if temp is None:
+            raise
+        args = shard_bytes(program.args)
+        return ProgramPlan(
+            name=program.name, note=program.note, argument=args, output=0.0, alias=0.0, temp=temp, code=0.0,
+            total=args + temp, hbm=target.chip.hbm, fits=False, flops=0.0, xla_flops=0.0, hbm_bytes=0.0,
+            collective_bytes=dict.fromkeys(hlo.COLLECTIVES, 0.0), link_bytes=0.0, roofline_s=0.0, mfu=0.0,
+            compile_s=time.time() - t0, unknown_loops=[], error=" ".join(str(e).split())[:300])
+    compile_s = time.time() - t0
+    mem = compiled.memory_analysis()
+    argument, output = float(mem.argument_size_in_bytes), float(mem.output_size_in_bytes)
+    alias, temp = float(mem.alias_size_in_bytes), float(mem.temp_size_in_bytes)
+    code = float(mem.generated_code_size_in_bytes)
+    total = argument + output - alias + temp + code
+    cost = compiled.cost_analysis() or {}
+    if isinstance(cost, list):  # older JAX: one dict per computation
+        cost = cost[0] if cost else {}
+    stats = hlo.analyze(compiled.as_text(), target.num_devices, program.unknown_trips)
+    xla_flops = float(cost.get("flops", 0.0))
+    flops = max(stats.flops, xla_flops)
+    chip = target.chip
+    compute_s = flops / chip.peak
+    roofline = max(compute_s, stats.hbm_bytes / chip.hbm_bw) + stats.link_bytes / chip.link_bw
+    return ProgramPlan(
+        name=program.name, note=program.note, argument=argument, output=output, alias=alias, temp=temp, code=code,
+        total=total, hbm=chip.hbm, fits=total <= (1 - HEADROOM) * chip.hbm, flops=flops, xla_flops=xla_flops,
+        hbm_bytes=stats.hbm_bytes, collective_bytes=stats.collective_bytes, link_bytes=stats.link_bytes,
+        roofline_s=roofline, mfu=compute_s / roofline if roofline > 0 else 0.0, compile_s=compile_s,
+        unknown_loops=stats.unknown_loops)
+
+
+def target_hosts(target: Target) -> int:
+    """The processes (hosts) the target's devices belong to (a TPU topology spans several)."""
+    return len({getattr(d, "process_index", 0) for d in target.devices})
+
+
+def target_mesh(config, target: Target):
+    """The run's ``(data, fsdp, tensor)`` mesh over the target's devices (`make_mesh`), as each of
+    the target's hosts would build it (``mesh.fsdp = -1``: each host's devices)."""
+    m = config.mesh
+    fsdp = m.fsdp
+    if fsdp == -1:
+        fsdp = max(1, target.num_devices // target_hosts(target) // m.tensor)
+    try:
+        return make_mesh(None if m.data == -1 else m.data, fsdp, m.tensor, devices=list(target.devices))
+    except ValueError as e:
+        raise PlanConfigError(f"config.mesh: {e} ({target.spec})") from None
+
+
+def plan_run(config, target: Target, names: set[str] | None = None, progress=None,
+             stop_at_misfit: bool = False) -> Plan:
+    """Compile and measure every program of ``config`` (or those in ``names``) for ``target``.
+
+    ``progress(name)``, when given, is called before each compile (they can take minutes);
+    ``stop_at_misfit``: stop after the first program that does not fit (the train step first).
+    """
+    model_cfg = model_config_of(config)
+    mesh = target_mesh(config, target)
+    programs = []
+    for p in run_programs(config, model_cfg, mesh, names, hosts=target_hosts(target)):
+        if progress is not None:
+            progress(p.name)
+        programs.append(measure(p, target))
+        if stop_at_misfit and not programs[-1].fits:
+            break
+    model = {"layers": model_cfg.num_layers, "hidden": model_cfg.hidden_size, "vocab": model_cfg.vocab_size,
+             "dtype": model_cfg.dtype, "param_dtype": model_cfg.param_dtype, "remat": model_cfg.remat,
+             "attention": getattr(model_cfg, "attention", "reference")}
+    return Plan(target.spec, target.num_devices, target_hosts(target), dict(mesh.shape), model,
+                target.approximate_memory, programs)
+
+
+def misfit_message(plan: Plan) -> str | None:
+    """One line naming the first program that does not fit, its bytes and the knobs; None when all fit."""
+    for p in plan.programs:
+        if not p.fits:
+            return (f"{p.name} does not fit {plan.target}: {_gb(p.total)} GB per device of {_gb(p.hbm)} GB "
+                    f"({HEADROOM:.0%} headroom kept); turn train.micro_batch_size, mesh.fsdp, model.dtype / "
+                    f"model.param_dtype, model.remat, or the rollout / analysis lengths and batch sizes")
+    return None
+
+
+def _gb(x: float) -> str:
+    return f"{x / GB:.2f}"
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as a text table and the verdict line ``fits: yes|no`` (last)."""
+    mesh = " x ".join(f"{k}={v}" for k, v in plan.mesh.items())
+    hbm = plan.programs[0].hbm if plan.programs else 0.0
+    lines = [f"target {plan.target}: {plan.devices} devices on {plan.hosts} host(s), mesh {mesh}, "
+             f"{_gb(hbm)} GB per device",
+             f"model: {plan.model}"]
+    if plan.approximate_memory:
+        lines.append("memory figures come from XLA:CPU standing in for the target: approximate")
+    head = (f"{'program':18s} {'args':>8s} {'temp':>8s} {'out':>8s} {'total':>8s} {'use':>5s} {'fits':>4s} "
+            f"{'TFLOP':>9s} {'HBM GB':>9s} {'AG GB':>8s} {'RS GB':>8s} {'AR GB':>8s} {'A2A GB':>7s} {'CP GB':>7s} "
+            f"{'roofline':>9s} {'MFU':>5s} {'compile':>7s}")
+    lines.append("per device:")
+    lines.append(head)
+    for p in plan.programs:
+        c = p.collective_bytes
+        lines.append(
+            f"{p.name:18s} {_gb(p.argument):>8s} {_gb(p.temp):>8s} {_gb(p.output - p.alias):>8s} {_gb(p.total):>8s} "
+            f"{p.total / p.hbm:>5.0%} {'yes' if p.fits else 'NO':>4s} {p.flops / 1e12:>9.1f} {_gb(p.hbm_bytes):>9s} "
+            f"{_gb(c['all-gather']):>8s} {_gb(c['reduce-scatter']):>8s} {_gb(c['all-reduce']):>8s} "
+            f"{_gb(c['all-to-all']):>7s} {_gb(c['collective-permute']):>7s} {p.roofline_s:>8.2f}s {p.mfu:>5.0%} "
+            f"{p.compile_s:>6.0f}s")
+    for p in plan.programs:
+        lines.append(f"  {p.name}: {p.note}" + (f" ({len(p.unknown_loops)} data-dependent loop(s))"
+                                                if p.unknown_loops else "")
+                     + (f"; XLA refused to compile it: {p.error}" if p.error else ""))
+    if not plan.fits:
+        lines.append(misfit_message(plan))
+    lines.append(f"fits: {'yes' if plan.fits else 'no'}")
+    return "\n".join(lines)
+
+
+def write_json(plan: Plan, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(plan.to_json(), indent=2) + "\n")

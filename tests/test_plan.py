@@ -1,0 +1,266 @@
+"""The ahead-of-time plan (`seed_jax.plan`): HLO figures against hand counts, the plan's memory
+against a direct compile, the launcher's --dry_run refusing a config that cannot fit, a TPU plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from seed_jax.plan import hlo
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Two nested loops: the outer one has no known_trip_count (j = 2; j <= 4: 3 trips, as XLA:TPU
+# writes loops), the inner one runs i = 0; i < 3 (3 trips), so the inner body runs 9 times.
+HLO = """\
+HloModule plan_test, entry_computation_layout={(f32[1024]{0})->f32[1024]{0}}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%fused_dot (p0: bf16[4,64], p1: bf16[64,32]) -> f32[4,32] {
+  %p0 = bf16[4,64]{1,0} parameter(0)
+  %p1 = bf16[64,32]{1,0} parameter(1)
+  ROOT %d = f32[4,32]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%inner_body (ip: (s32[], f32[1024])) -> (s32[], f32[1024]) {
+  %ip = (s32[], f32[1024]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%ip), index=0
+  %x = f32[1024]{0} get-tuple-element(%ip), index=1
+  %rs = f32[256]{0} reduce-scatter(%x), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, dimensions={0}, to_apply=%add
+  %ag = f32[1024]{0} all-gather(%rs), channel_id=2, replica_groups=[2,4]<=[8], dimensions={0}
+  %one = s32[] constant(1)
+  %n = s32[] add(%i, %one)
+  ROOT %t = (s32[], f32[1024]{0}) tuple(%n, %ag)
+}
+
+%inner_cond (cp: (s32[], f32[1024])) -> pred[] {
+  %cp = (s32[], f32[1024]{0}) parameter(0)
+  %ci = s32[] get-tuple-element(%cp), index=0
+  %lim = s32[] constant(3)
+  ROOT %lt = pred[] compare(%ci, %lim), direction=LT
+}
+
+%outer_body (op: (s32[], f32[1024], bf16[4,64], bf16[64,32])) -> (s32[], f32[1024], bf16[4,64], bf16[64,32]) {
+  %op = (s32[], f32[1024]{0}, bf16[4,64]{1,0}, bf16[64,32]{1,0}) parameter(0)
+  %j = s32[] get-tuple-element(%op), index=0
+  %y = f32[1024]{0} get-tuple-element(%op), index=1
+  %a = bf16[4,64]{1,0} get-tuple-element(%op), index=2
+  %w = bf16[64,32]{1,0} get-tuple-element(%op), index=3
+  %zero = s32[] constant(0)
+  %it = (s32[], f32[1024]{0}) tuple(%zero, %y)
+  %inner = (s32[], f32[1024]{0}) while(%it), condition=%inner_cond, body=%inner_body
+  %y2 = f32[1024]{0} get-tuple-element(%inner), index=1
+  %ar = f32[1024]{0} all-reduce(%y2), channel_id=3, replica_groups=mesh['x'=2,'y'=4] {'y'}, to_apply=%add
+  %cpm = f32[1024]{0} collective-permute(%ar), channel_id=4, source_target_pairs={{0,1},{1,0}}
+  %f = f32[4,32]{1,0} fusion(%a, %w), kind=kOutput, calls=%fused_dot
+  %one = s32[] constant(1)
+  %jn = s32[] add(%j, %one)
+  ROOT %r = (s32[], f32[1024]{0}, bf16[4,64]{1,0}, bf16[64,32]{1,0}) tuple(%jn, %cpm, %a, %w)
+}
+
+%outer_cond (oc: (s32[], f32[1024], bf16[4,64], bf16[64,32])) -> pred[] {
+  %oc = (s32[], f32[1024]{0}, bf16[4,64]{1,0}, bf16[64,32]{1,0}) parameter(0)
+  %oj = s32[] get-tuple-element(%oc), index=0
+  %four = s32[] constant(4)
+  ROOT %le = pred[] compare(%oj, %four), direction=LE
+}
+
+ENTRY %main (x: f32[1024], a: bf16[4,64], w: bf16[64,32]) -> f32[1024] {
+  %x = f32[1024]{0} parameter(0)
+  %a = bf16[4,64]{1,0} parameter(1)
+  %w = bf16[64,32]{1,0} parameter(2)
+  %two = s32[] constant(2)
+  %start = (s32[], f32[1024]{0}, bf16[4,64]{1,0}, bf16[64,32]{1,0}) tuple(%two, %x, %a, %w)
+  %loop = (s32[], f32[1024]{0}, bf16[4,64]{1,0}, bf16[64,32]{1,0}) while(%start), condition=%outer_cond, body=%outer_body
+  %out = f32[1024]{0} get-tuple-element(%loop), index=1
+  %sq = f32[8,8]{1,0} reshape(%w)
+  %a2a = f32[8,8]{1,0} all-to-all(%sq), channel_id=5, replica_groups={}, dimensions={0}
+  ROOT %res = f32[1024]{0} copy(%out)
+}
+"""
+
+
+def test_hlo_collectives_flops_and_trip_counts_of_nested_loops():
+    st = hlo.analyze(HLO, num_devices=8)
+    assert sorted(n for _, n in st.loops) == [3, 3]
+    kb = 4096  # f32[1024]
+    # inner body 3 x 3 = 9 times: reduce-scatter of its 4 KiB input, all-gather of its 4 KiB result
+    assert st.collective_bytes["reduce-scatter"] == 9 * kb
+    assert st.collective_bytes["all-gather"] == 9 * kb
+    # outer body 3 times: all-reduce and permute of 4 KiB; entry: all-to-all of f32[8,8] once
+    assert st.collective_bytes["all-reduce"] == 3 * kb
+    assert st.collective_bytes["collective-permute"] == 3 * kb
+    assert st.collective_bytes["all-to-all"] == 256
+    # link bytes: groups of 4 ((n-1)/n = 3/4, all-reduce twice that), the all-to-all over all 8
+    assert st.link_bytes == pytest.approx(9 * kb * 0.75 * 2 + 3 * kb * 1.5 + 3 * kb + 256 * 7 / 8)
+    # the fused dot [4,64] x [64,32] in the outer body: 2 * 4 * 32 * 64 FLOPs, 3 times
+    assert st.flops == 3 * 2 * 4 * 32 * 64
+
+
+def test_hlo_loop_of_unknown_trip_count_counts_as_told():
+    text = HLO.replace("ROOT %le = pred[] compare(%oj, %four), direction=LE",
+                       "%d = pred[] compare(%oj, %four), direction=LE\n  ROOT %nd = pred[] not(%d)")
+    assert hlo.analyze(text, 8).unknown_loops == ["loop"]
+    assert hlo.analyze(text, 8, unknown_trips=5).collective_bytes["all-reduce"] == 5 * 4096
+
+
+def test_hlo_flops_of_a_compiled_loop_count_every_trip():
+    """XLA's cost_analysis counts a loop body once; the HLO walk counts all 7 trips."""
+    x = jax.ShapeDtypeStruct((32, 64), jnp.float32)
+    w = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    compiled = jax.jit(lambda a, w: jax.lax.fori_loop(0, 7, lambda i, a: jnp.tanh(a @ w), a)).lower(x, w).compile()
+    st = hlo.analyze(compiled.as_text(), 1)
+    assert st.flops == 7 * 2 * 32 * 64 * 64
+    assert [n for _, n in st.loops] == [7]
+
+
+def _run(args, env=None, timeout=600):
+    path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "PYTHONPATH": path, "JAX_PLATFORMS": "cpu", **(env or {})}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout)
+
+
+DIRECT = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp
+    from configs.alfworld import get_config
+    from seed_jax.models.tokenizer import load_tokenizer
+    from seed_jax.pipeline.runtime import random_model_config, train_config
+    from seed_jax.plan.analysis import plan_run
+    from seed_jax.plan.targets import parse_target
+    from seed_jax.train.batch import SeedBatch
+    from seed_jax.train.mesh import make_mesh
+    from seed_jax.train.state import abstract_train_state
+    from seed_jax.train.step import make_train_step
+
+    # the direct compile below builds the same program: the persistent cache spares a second compile
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    c = get_config("tiny")
+    c.train.micro_batch_size = 8
+    c.rl.mini_batch_size = 16
+    c.train.lambda_opd = 0.0  # no teacher pass: a smaller program, a faster compile
+    plan = plan_run(c, parse_target("cpu:8"), {"train_step"})
+    (p,) = plan.programs
+    # the same step compiled directly, its batch written out by hand: P=768, R=16, 16 rows
+    cfg = random_model_config(c, load_tokenizer(None))
+    tc = train_config(c)
+    step = make_train_step(cfg, tc, make_mesh(devices=jax.devices()[:8]))
+    i32 = lambda n: jax.ShapeDtypeStruct((16, n), jnp.int32)
+    f32 = jax.ShapeDtypeStruct((16, 16), jnp.float32)
+    batch = SeedBatch(i32(784), i32(784), f32, f32, jax.ShapeDtypeStruct((16,), jnp.float32), f32, f32)
+    m = step.lower(abstract_train_state(cfg, tc), batch).compile().memory_analysis()
+    json.dump({"plan": [p.argument, p.output, p.alias, p.temp], "mesh": plan.mesh,
+               "direct": [m.argument_size_in_bytes, m.output_size_in_bytes, m.alias_size_in_bytes,
+                          m.temp_size_in_bytes],
+               "vocab": cfg.vocab_size, "fits": plan.fits}, sys.stdout)
+""")
+
+
+def test_plan_on_8_cpu_devices_agrees_with_a_direct_compile(tmp_path):
+    r = _run(["-c", DIRECT, str(tmp_path / "cache")])
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["mesh"] == {"data": 8, "fsdp": 1, "tensor": 1}
+    assert out["plan"] == out["direct"]
+    # arguments by hand: data parallelism keeps the whole state on each device (params, Adam mu
+    # and nu in float32; 4 int32 counters, the rng, Adam's count) and 16 / 8 = 2 batch rows (ids,
+    # mask, 4 per-token arrays; has_skill is unused without OPD, and jit drops unused inputs)
+    V, h, L = out["vocab"], 64, 2
+    n_params = V * h + L * (h * h + 2 * h * (h // 2) + h * h + 3 * h * 2 * h + 2 * h) + h
+    state = 3 * 4 * n_params + 4 * 4 + 8 + 4
+    batch = 2 * (2 * 784 * 4 + 4 * 16 * 4)
+    assert out["plan"][0] == state + batch
+    assert out["fits"] is True
+
+
+BIG = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 4096,
+       "intermediate_size": 11008, "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
+       "tie_word_embeddings": False}
+
+
+def test_dry_run_of_a_config_that_cannot_fit_exits_nonzero_naming_the_program(tmp_path):
+    """2 layers of width 4096 and a 152k vocabulary in float32: 1.9B parameters, 30 GB of state
+    with Adam, on one 24 GB L4."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(BIG))
+    r = _run(["-m", "seed_jax.launch", "--config=configs/alfworld.py:paper", f"--config.model.path={tmp_path / 'm'}",
+              f"--workdir={tmp_path / 'w'}", "--dry_run", "--plan=gpu:l4x1"])
+    assert r.returncode == 2, r.stderr[-2000:]
+    err = r.stderr.strip().splitlines()[-1]
+    assert err.startswith("error: train_step does not fit gpu:l4x1:") and "GB per device of 24.00 GB" in err
+    assert "fits: no" in r.stdout
+    assert not (tmp_path / "w").exists()
+
+
+def test_plan_rejects_a_bad_target_with_one_line():
+    r = _run(["-m", "seed_jax.plan", "--config=configs/alfworld.py:tiny", "--target=gpu:x100x8"])
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "error: --target=gpu:x100x8: expected gpu:<kind>x<n> with kind one of ['h100', 'h200', 'a100', 'l4'], "
+        "e.g. gpu:h100x8"]
+
+
+def _libtpu() -> bool:
+    try:
+        import libtpu  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _libtpu(), reason='libtpu is not installed (pip install -e ".[tpu-aot]")')
+def test_tpu_plan_of_a_tiny_config(tmp_path):
+    """XLA:TPU compiles the tiny train step for a v5e 2x2 slice (no TPU attached): it fits 16 GiB,
+    does matmul work and splits the batch over the 4 chips."""
+    r = _run(["-m", "seed_jax.plan", "--config=configs/alfworld.py:tiny", "--target=tpu:v5e:2x2",
+              "--programs=train_step", "--config.train.lambda_opd=0", f"--json={tmp_path / 'p.json'}"],
+             env={"JAX_PLATFORMS": ""})
+    assert r.returncode == 0, r.stderr[-3000:]
+    plan = json.loads((tmp_path / "p.json").read_text())
+    (p,) = plan["programs"]
+    assert plan["devices"] == 4 and plan["mesh"]["data"] == 4 and plan["fits"] is True
+    assert p["hbm"] == 16 * 2**30 and 0 < p["total"] < p["hbm"]
+    assert p["flops"] > 0 and p["unknown_loops"] == []
+    assert r.stdout.strip().splitlines()[-1] == "fits: yes"
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("tpu:v9:2x2", "expected tpu:<generation>:<topology>"),
+    ("tpu:v5e", "expected tpu:<generation>:<topology>"),
+    ("gpu:h100x0", "expected gpu:<kind>x<n>"),
+    ("cpu:0", "expected cpu:<n> with n >= 1"),
+    ("fpga:4", "expected tpu:<topology>, gpu:<kind>x<n>, cpu:<n> or native"),
+])
+def test_bad_target_spellings_name_what_is_expected(spec, says):
+    from seed_jax.plan.targets import TargetError, parse_target
+
+    with pytest.raises(TargetError, match=f"--target={spec}: {says}".replace("(", r"\(").replace(")", r"\)")):
+        parse_target(spec)
+
+
+def test_hlo_flops_of_a_batched_matmul_written_as_a_dilated_convolution():
+    """XLA:TPU writes ``q k^T`` per (batch, head) as a convolution whose window covers the batch and
+    head dims over an input dilated by the window: one input element per output and tap dim."""
+    text = """\
+ENTRY %main (a: bf16[2,512,8,128], b: bf16[2,512,8,128]) -> bf16[2,8,512,512] {
+  %a = bf16[2,512,8,128]{3,2,1,0} parameter(0)
+  %b = bf16[2,512,8,128]{3,2,1,0} parameter(1)
+  ROOT %c = bf16[2,8,512,512]{3,2,1,0} convolution(%a, %b), window={size=2x8 stride=1x7 lhs_dilate=2x8}, dim_labels=0b1f_0o1i->01bf
+}
+"""
+    B, H, T, D = 2, 8, 512, 128
+    assert hlo.analyze(text, 1).flops == 2 * B * H * T * T * D
