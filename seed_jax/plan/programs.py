@@ -29,7 +29,6 @@ from jax.sharding import Mesh, NamedSharding
 
 from seed_jax import sampling
 from seed_jax.buckets import round_to_multiple, round_up, row_bucket
-from seed_jax.models import decoder
 from seed_jax.models.config import ModelConfig
 from seed_jax.pipeline.runtime import sft_train_config, train_config
 from seed_jax.sampling import SamplingParams
@@ -96,7 +95,7 @@ class Shapes:
         return cls(prompt=round_up(r.max_prompt_tokens), teacher_prompt=round_up(r.max_teacher_prompt_tokens),
                    response=round_up(r.max_response_tokens),
                    mini_batch=round_to_multiple(config.rl.mini_batch_size, micro), micro_batch=micro,
-                   rollout_rows=row_bucket(config.rl.tasks_per_update * r.group_size),
+                   rollout_rows=row_bucket(min(config.rl.tasks_per_update * r.group_size, r.wave_rows or 1 << 30)),
                    analysis_rows=row_bucket(config.analysis.batch_size),
                    analysis_prompt=round_up(config.analysis.max_prompt_tokens),
                    analysis_new=config.analysis.max_new_tokens, sft_rows=config.stage1.sft_batch_size,
@@ -172,30 +171,20 @@ def logprob_program(name: str, model_cfg: ModelConfig, tc: TrainConfig, rows: in
     return Program(name, fn, (p, ids, ids), note)
 
 
-def sampler_programs(label: str, model_cfg: ModelConfig, params, rows: int, prompt_len: int, sp: SamplingParams,
-                     mesh) -> list[Program]:
-    """Prefill and one decode chunk of the sampler (`seed_jax.sampling`) for ``rows`` prompts of
-    ``prompt_len`` tokens: layer-unrolled parameters and the KV cache whole on every device."""
-    rep = replicated(mesh)
-    uparams = jax.eval_shape(lambda p: decoder.unstack_layers(p, model_cfg), params)
-    u = with_sharding(uparams, rep)
-    tokens = sds((rows, prompt_len), jnp.int32, rep)
-    rng = sds((2,), jnp.uint32, rep)
-    eos = sds((2,), jnp.int32, rep)
-    live = sds((rows,), jnp.bool_, rep)
-
-    def prefill(u, tokens, mask, rng, eos, live):
-        return sampling._prefill(u, model_cfg, tokens, mask, sp, rng, eos, live)
-
-    def decode(u, state, prompt_len, rng, eos, pad):
-        return sampling._decode_chunk(u, model_cfg, state, sp, prompt_len, rng, eos, pad)
-
-    state = with_sharding(jax.eval_shape(prefill, u, tokens, tokens, rng, eos, live), rep)
-    scalar = sds((), jnp.int32, rep)
-    note = f"{rows} rows x {prompt_len} prompt + {sp.max_new_tokens} new tokens"
-    return [Program(f"{label}_prefill", jax.jit(prefill), (u, tokens, tokens, rng, eos, live), note),
-            Program(f"{label}_decode", jax.jit(decode, donate_argnums=1), (u, state, scalar, rng, eos, scalar),
-                    f"{note}; one chunk of {sp.chunk} steps", unknown_trips=sp.chunk)]
+def sampler_programs(label: str, model_cfg: ModelConfig, rows: int, prompt_len: int, sp: SamplingParams,
+                     mesh, backend: str = "scan", tensor_parallel: int = 1, scratch_bytes: int = 1 << 30) -> list[Program]:
+    """Prefill and one decode chunk of the sampler (`seed_jax.sampling.lower_programs`) for ``rows``
+    prompts of ``prompt_len`` tokens, laid out as the run's sampler lays itself out over the
+    mesh's devices (`sampling.resolve_layout`: ``scan`` puts rows over the devices, the sampler
+    copy replicated or split by heads over ``tensor_parallel`` devices, the cache created
+    sharded)."""
+    spec = sampling.SamplerSpec(backend=backend, tensor_parallel=tensor_parallel,
+                                prefill_scratch_bytes=scratch_bytes, devices=tuple(mesh.devices.flat))
+    lowered = sampling.lower_programs(model_cfg, sampling.resolve_layout(spec), rows, prompt_len, sp)
+    note = f"{rows} rows x {prompt_len} prompt + {sp.max_new_tokens} new tokens ({backend} sampler)"
+    return [Program(f"{label}_prefill", None, (), note, lowered=lowered["prefill"]),
+            Program(f"{label}_decode", None, (), f"{note}; one chunk of {sp.chunk} steps",
+                    unknown_trips=sp.chunk, lowered=lowered["decode"])]
 
 
 def run_programs(config, model_cfg: ModelConfig, mesh, names: set[str] | None = None, hosts: int = 1) -> list[Program]:
@@ -216,16 +205,19 @@ def run_programs(config, model_cfg: ModelConfig, mesh, names: set[str] | None = 
     if want("teacher_logprobs"):
         out.append(logprob_program("teacher_logprobs", model_cfg, tc, s.micro_batch, s.teacher_prompt, s.response,
                                    mesh, hosts))
-    params = abstract_train_state(model_cfg, tc).params
     cfg = tc.apply_to(model_cfg)
     r = config.rollout
+    backend = "scan" if config.sampler.backend == "auto" else config.sampler.backend
+    sampler = dict(backend=backend, tensor_parallel=config.sampler.tensor_parallel,
+                   scratch_bytes=int(config.sampler.prefill_scratch_mb) << 20)
     if want("rollout"):
         sp = SamplingParams(r.max_response_tokens, r.temperature, r.top_p, r.top_k, min(r.chunk, r.max_response_tokens))
-        out += [p for p in sampler_programs("rollout", cfg, params, s.rollout_rows, s.prompt, sp, mesh)
+        out += [p for p in sampler_programs("rollout", cfg, s.rollout_rows, s.prompt, sp, mesh, **sampler)
                 if want(p.name)]
     if want("analysis") and config.analysis.analyzer == "self":
         sp = SamplingParams(s.analysis_new, r.temperature, r.top_p, r.top_k, min(r.chunk, s.analysis_new))
-        out += [p for p in sampler_programs("analysis", cfg, params, s.analysis_rows, s.analysis_prompt, sp, mesh)
+        out += [p for p in sampler_programs("analysis", cfg, s.analysis_rows, s.analysis_prompt, sp, mesh,
+                                    **sampler)
                 if want(p.name)]
     return out
 
