@@ -81,6 +81,9 @@ def worker(out: str) -> None:
     from seed_jax.train.mesh import host_local_batch_to_global
 
     assert jax.device_count() == 8, jax.device_count()
+    # fsdp=-1: every device of this (single) host on 'fsdp'; data = the remaining (1)
+    assert dict(make_mesh(data=-1, fsdp=-1).shape) == {"data": 1, "fsdp": 8, "tensor": 1}
+    assert dict(make_mesh(fsdp=-1, tensor=2).shape) == {"data": 1, "fsdp": 4, "tensor": 2}
     saved = {}
     for name, ((d, f, t), rows, micro) in MESHES.items():
         # micro-batches of data x fsdp rows: sharding and accumulation at once

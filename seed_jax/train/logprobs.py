@@ -132,7 +132,7 @@ def make_logprob_pass(model_cfg: ModelConfig, prompt_len: int, resp_len: int, ch
     accepts abstract inputs (``.lower(ShapeDtypeStruct ...)``) for ahead-of-time plans.
     """
     def run(params, ids, mask):
-        with decoder.activation_sharding(mesh):
+        with decoder.activation_sharding(mesh if mesh is not None and mesh.size > 1 else None):
             return response_logprobs(decoder.cast_to_compute(params, model_cfg), model_cfg, ids, mask,
                                      prompt_len, resp_len, chunk, with_entropy=False)[0]
 

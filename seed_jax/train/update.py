@@ -86,7 +86,7 @@ def build_step(micro_loss: Callable, token_count: Callable, model_cfg, train_cfg
             raise ValueError(f"micro-batch of {rows // n_micro} rows is not a multiple of the "
                              f"data x fsdp mesh size {div}")
         n_tok = token_count(batch)
-        with activation_sharding(mesh):
+        with activation_sharding(mesh if mesh.size > 1 else None):
             # cast once, on the shards: every all-gather in the loops below moves compute-dtype bytes
             params = constrain_tree(cast_to_compute(state.params, cfg), shardings.params)
             loss, aux, grads = accumulate_gradients(
