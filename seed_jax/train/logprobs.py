@@ -59,7 +59,13 @@ def token_logprobs_from_hidden(params, cfg: ModelConfig, hidden: jax.Array, targ
     if rows is None:
         return head(w, hidden, targets)
     mesh, axes = rows
-    return jax.shard_map(head, mesh=mesh, in_specs=(P(), P(axes), P(axes)), out_specs=P(axes))(w, hidden, targets)
+
+    def local(w, h, t):
+        # w as device-varying once, outside the chunk loop: the transpose of this cast is the one
+        # cross-device sum of the head's gradient (inside the loop it would be one per chunk)
+        return head(jax.lax.pcast(w, axes, to="varying"), h, t)
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes), P(axes)), out_specs=P(axes))(w, hidden, targets)
 
 
 def _head_logprobs(w, hidden, targets, chunk, with_entropy):
@@ -107,6 +113,7 @@ def response_logprobs(params, cfg: ModelConfig, ids: jax.Array, mask: jax.Array,
     return token_logprobs_from_hidden(params, cfg, h, targets, chunk, with_entropy)
 
 
+@functools.lru_cache(maxsize=16)
 def param_shardings(model_cfg: ModelConfig, mesh):
     """NamedShardings of the model's parameter tree by `mesh.PARAM_RULES` (nothing allocated)."""
     abstract = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
@@ -116,9 +123,10 @@ def param_shardings(model_cfg: ModelConfig, mesh):
 def scoring_params(params, model_cfg: ModelConfig, mesh=None):
     """Parameters for log-prob passes only (e.g. the frozen reference): cast to the compute
     dtype and, with a ``mesh``, placed sharded by the parameter rules like the policy's."""
-    cast = jax.jit(functools.partial(decoder.cast_to_compute, cfg=model_cfg),
-                   out_shardings=None if mesh is None else param_shardings(model_cfg, mesh))
-    return cast(params)
+    cast = functools.partial(decoder.cast_to_compute, cfg=model_cfg)
+    if mesh is None:
+        return jax.jit(cast)(params)
+    return jax.jit(cast, out_shardings=param_shardings(model_cfg, mesh))(params)
 
 
 @functools.lru_cache(maxsize=32)
