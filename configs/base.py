@@ -93,6 +93,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.keep_checkpoints = 3
     c.rl.eval_every = 0  # 0 = only the final eval stage
     c.rl.audit_gates = True  # per-step OPD gates under theta_old -> step_gates.jsonl (one extra teacher forward)
+    c.rl.transcripts_per_update = 4  # trajectories per update saved in full to rl/transcripts.jsonl (0 = none)
 
     c.train = ml_collections.ConfigDict(run_train_defaults())  # TrainConfig's fields and defaults
     c.train.warmup_updates = 0  # learning-rate warm-up, in RL updates (the RL schedule counts updates)
@@ -102,6 +103,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.num_tasks = 0  # per split; 0 = the whole split
     c.eval.temperature = 0.4
     c.eval.checkpoint = ml_collections.config_dict.placeholder(str)  # evaluate this model dir instead
+
+    c.tracking = ml_collections.ConfigDict()
+    c.tracking.wandb = False  # also log metrics to Weights & Biases (needs the wandb package)
+    c.tracking.wandb_project = "seed_jax"
+    c.tracking.wandb_entity = ""  # "" = the W&B account's default
+    c.tracking.wandb_mode = ""  # "" (wandb decides, e.g. WANDB_MODE) | online | offline | disabled
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1  # -1 = all remaining devices

@@ -9,7 +9,14 @@ Files written under a run directory ``<workdir>``:
   redoes; readers take, per key, the last value written for each step
   (``seed_jax.report.collect_series``). The metric-key contract is in ``seed_jax.report``.
 - ``tb/``: TensorBoard event files (tensorboardX), one scalar per key, ``global_step = step``.
+- optional Weights & Biases (`WandbWriter`, off unless ``MetricsWriter(wandb=WandbSettings(...))``):
+  every record logged with its ``step`` as the x axis, the run config logged, one W&B run per
+  run directory (its id kept in ``wandb_run_id``, so a resumed run continues the same W&B run);
+  ``wandb`` is imported only when enabled.
 - ``skills.jsonl``: one ``SkillLogEntry`` per analysed trajectory (``SkillLog``).
+- ``rl/transcripts.jsonl``: a bounded sample of each RL update's trajectories, read in full
+  (`transcript_json`, `sample_transcripts`); a resumed run appends the redone updates again and
+  readers keep the last record per ``(update, traj_id)``.
 
 Appends are crash-safe: each record is one ``write`` of a full line followed by flush and
 ``os.fsync``; a line torn by a kill is removed when the file is reopened for appending and is
@@ -26,6 +33,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import random
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -58,26 +66,92 @@ def _to_float(key: str, value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+# --------------------------------------------------------------------------- Weights & Biases
+
+WANDB_ID_FILE = "wandb_run_id"
+WANDB_MODES = ("", "online", "offline", "disabled")
+
+
+@dataclasses.dataclass(frozen=True)
+class WandbSettings:
+    """Where a `WandbWriter` logs: ``project``, ``entity`` ("" = the user's default), ``mode``
+    (one of `WANDB_MODES`; "" leaves it to wandb, e.g. ``WANDB_MODE``), ``config`` (the run
+    config, logged once) and ``name`` ("" = the run directory's name)."""
+
+    project: str = "seed_jax"
+    entity: str = ""
+    mode: str = ""
+    config: Mapping[str, Any] | None = None
+    name: str = ""
+
+
+def wandb_run_id(workdir: Path) -> str:
+    """The W&B run id of a run directory: read from ``<workdir>/wandb_run_id``, created there on
+    first use (16 random hex digits), so every launch on the directory resumes the same W&B run."""
+    f = Path(workdir) / WANDB_ID_FILE
+    if f.exists():
+        return f.read_text().strip()
+    rid = os.urandom(8).hex()
+    f.write_text(rid + "\n")
+    return rid
+
+
+class WandbWriter:
+    """Logs `MetricsWriter` records to one Weights & Biases run per run directory.
+
+    ``wandb.init(id=wandb_run_id(workdir), resume="allow", dir=workdir, config=...)``; the key
+    ``step`` is declared the x axis of every metric (``define_metric``), so stages that count their
+    own steps and a resumed run that redoes a step log without wandb's monotonic-step rule.
+    """
+
+    def __init__(self, workdir: str | os.PathLike, settings: WandbSettings):
+        try:
+            import wandb  # deferred: optional dependency, imported only when W&B logging is on
+        except ImportError as e:
+            raise ImportError("W&B logging (tracking.wandb) needs the wandb package: pip install wandb") from e
+        if settings.mode not in WANDB_MODES:
+            raise ValueError(f"wandb mode must be one of {WANDB_MODES}, got {settings.mode!r}")
+        workdir = Path(workdir)
+        self.run_id = wandb_run_id(workdir)
+        self.run = wandb.init(project=settings.project, entity=settings.entity or None, id=self.run_id,
+                              resume="allow", dir=str(workdir), name=settings.name or workdir.name,
+                              config=dict(settings.config or {}), mode=settings.mode or None)
+        self.run.define_metric("step")
+        self.run.define_metric("*", step_metric="step")
+
+    def log(self, record: Mapping[str, Any]) -> None:
+        """One `MetricsWriter` record: ``step`` and the finite metric values (``time`` dropped)."""
+        self.run.log({k: v for k, v in record.items() if k != "time" and v is not None})
+
+    def close(self) -> None:
+        self.run.finish()
+
+
 # --------------------------------------------------------------------------- metrics
 
 class MetricsWriter:
-    """Appends scalar metrics to ``<workdir>/metrics.jsonl`` and TensorBoard ``<workdir>/tb``.
+    """Appends scalar metrics to ``<workdir>/metrics.jsonl`` and TensorBoard ``<workdir>/tb``, and
+    to Weights & Biases when ``wandb`` settings are given (`WandbWriter`).
 
     ``write(step, {"success_rate": 0.5}, prefix="rollout")`` records key ``rollout/success_rate``
     (``prefix`` is joined with ``/``; keys are used as given when it is empty). Opening an
     existing run appends (a resumed run continues the same file).
     """
 
-    def __init__(self, workdir: str | os.PathLike, tensorboard: bool = True, enabled: bool = True):
+    def __init__(self, workdir: str | os.PathLike, tensorboard: bool = True, enabled: bool = True,
+                 wandb: WandbSettings | None = None):
         self.workdir = Path(workdir)
         self.enabled = enabled
         self.path = self.workdir / METRICS_FILE
         self._tb = None
+        self._wandb = None
         self._closed = False
         if not enabled:
             return
         self.workdir.mkdir(parents=True, exist_ok=True)
         repair_torn_tail(self.path)
+        if wandb is not None:
+            self._wandb = WandbWriter(self.workdir, wandb)
         if tensorboard:
             try:  # optional: only runs that write TensorBoard events need it
                 from tensorboardX import SummaryWriter
@@ -113,12 +187,17 @@ class MetricsWriter:
                 if key not in _RESERVED and v is not None:
                     self._tb.add_scalar(key, v, global_step=step, walltime=record["time"])
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(record)
         return record
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._wandb is not None:
+            self._wandb.close()
+            self._wandb = None
         self._closed = True
 
     def __enter__(self) -> MetricsWriter:
@@ -182,10 +261,7 @@ class SkillLogEntry:
         return {"update": int(self.update), "traj_id": str(self.traj_id),
                 "task_id": str(self.task_id), "outcome": "success" if self.success else "failure",
                 "parse_ok": bool(self.parse_ok), "skill": self.skill, "summary": self.summary,
-                "gate": None if self.gate is None else {
-                    "mean": _to_float("gate.mean", self.gate.mean),
-                    "share_gt_half": _to_float("gate.share_gt_half", self.gate.share_gt_half),
-                    "n_tokens": int(self.gate.n_tokens)}}
+                "gate": _gate_json(self.gate)}
 
 
 class SkillLog:
@@ -215,6 +291,74 @@ class SkillLog:
         """All skill records (JSON form) of ``<workdir>/skills.jsonl``; [] if the file is absent."""
         path = Path(workdir) / SKILLS_FILE
         return read_jsonl(path) if path.exists() else []
+
+
+# --------------------------------------------------------------------------- transcripts
+
+TRANSCRIPTS_FILE = "rl/transcripts.jsonl"
+
+
+def sample_transcripts(trajectories: Iterable[Any], k: int, seed: str | int) -> list[Any]:
+    """At most ``k`` of the trajectories, successes and failures alternating (a success first) as
+    long as both are left, each kind drawn in an order shuffled by ``random.Random(seed)``;
+    trajectories with an environment error are left out. Returned in their input order."""
+    ok = [(i, t) for i, t in enumerate(trajectories) if not t.env_error]
+    rng = random.Random(seed)
+    won = [x for x in ok if x[1].won]
+    lost = [x for x in ok if not x[1].won]
+    rng.shuffle(won)
+    rng.shuffle(lost)
+    picked = []
+    while len(picked) < k and (won or lost):
+        for pool in (won, lost):
+            if pool and len(picked) < k:
+                picked.append(pool.pop(0))
+    return [t for _, t in sorted(picked, key=lambda x: x[0])]
+
+
+def _gate_json(gate) -> dict | None:
+    if gate is None:
+        return None
+    return {"mean": _to_float("gate.mean", gate.mean), "share_gt_half": _to_float("gate.share_gt_half",
+                                                                                    gate.share_gt_half),
+            "n_tokens": int(gate.n_tokens)}
+
+
+def transcript_json(update: int, traj, skill: str | None = None, gate: GateSummary | None = None,
+                    step_gates: Mapping[int, Any] | None = None) -> dict:
+    """One line of ``rl/transcripts.jsonl``: a trajectory as a reader wants it.
+
+    ``{"update", "traj_id", "task_id", "task", "won", "reward" (R(tau)), "penalty", "skill"
+    (None: no skill), "gate" (trajectory gate summary | None), "final_observation", "steps":
+    [{"observation" (what the environment showed), "prompt" (the user message, skill-free),
+    "response", "action", "valid", "reward", "penalty", "gate" ({"mean", "share_gt_half",
+    "n_tokens"} | None)}]}``; ``step_gates`` maps step index -> an object with ``gate_mean``,
+    ``gate_gt_half``, ``n_tokens``.
+    """
+    step_gates = step_gates or {}
+    steps = []
+    for i, s in enumerate(traj.steps):
+        g = step_gates.get(i)
+        steps.append({"observation": s.raw_observation, "prompt": s.prompt_text, "response": s.response_text,
+                      "action": s.action, "valid": bool(s.valid), "reward": float(s.reward),
+                      "penalty": float(s.penalty),
+                      "gate": None if g is None else {"mean": _to_float("gate.mean", g.gate_mean),
+                                                      "share_gt_half": _to_float("gate.gt_half", g.gate_gt_half),
+                                                      "n_tokens": int(g.n_tokens)}})
+    return {"update": int(update), "traj_id": str(traj.traj_id), "task_id": str(traj.task_id),
+            "task": traj.task_description, "won": bool(traj.won), "reward": float(traj.episode_reward),
+            "penalty": float(sum(s.penalty for s in traj.steps)), "skill": skill or None, "gate": _gate_json(gate),
+            "final_observation": traj.final_observation, "steps": steps}
+
+
+def read_transcripts(workdir: str | os.PathLike) -> list[dict]:
+    """The records of ``<workdir>/rl/transcripts.jsonl`` (the last one per ``(update, traj_id)``, in
+    update order); [] when the file is absent."""
+    path = Path(workdir) / TRANSCRIPTS_FILE
+    if not path.exists():
+        return []
+    last = {(r["update"], r["traj_id"]): r for r in read_jsonl(path)}
+    return sorted(last.values(), key=lambda r: r["update"])
 
 
 # --------------------------------------------------------------------------- timing / progress

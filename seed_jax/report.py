@@ -1,8 +1,17 @@
-"""Run report: ``python -m seed_jax.report <workdir> [--out DIR]``.
+"""Run report: ``python -m seed_jax.report <workdir> [--out DIR] [--transcripts N]``, and runs
+side by side: ``python -m seed_jax.report <workdir> <workdir> ... [--labels A,B,...] [--out DIR]``.
 
 Reads ``<workdir>/metrics.jsonl`` (``seed_jax.metrics.MetricsWriter``), ``<workdir>/skills.jsonl``
-(``SkillLog``) and ``<workdir>/eval/*.json``, and writes PNG plots and ``summary.md`` into
-``<workdir>/report/`` (or ``--out``). Every input is optional, but at least one must hold data.
+(``SkillLog``), ``<workdir>/eval/*.json``, and the transcripts ``<workdir>/rl/transcripts.jsonl``
+(``seed_jax.metrics.transcript_json``) and ``<workdir>/eval/*.trajectories.jsonl``, and writes PNG
+plots, ``summary.md`` and ``transcripts.md`` (the first ``N`` trajectories of the last RL update's
+sample and of the newest evaluation, rendered as markdown) into ``<workdir>/report/`` (or
+``--out``). Every input is optional, but at least one must hold data.
+
+With several run directories (e.g. a SEED and a GRPO run) it writes ``compare.png`` (the
+`COMPARE_KEYS` any run has, one panel each, one line per run) and ``compare.md`` (last value of
+each key per run) into ``--out`` (default ``report_compare``). Labels default to each run's
+directory name and method. An unusable run directory exits with code 2 and one line.
 
 Metric-key contract (``step`` = RL update index; a plot or table row exists only when its key
 has data, and other keys are listed in the table as well):
@@ -54,6 +63,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -61,7 +71,16 @@ from typing import Any
 
 import numpy as np
 
-from seed_jax.metrics import METRICS_FILE, SKILLS_FILE, MetricsWriter, SkillLog
+from seed_jax.metrics import (
+    METRICS_FILE,
+    SKILLS_FILE,
+    TRANSCRIPTS_FILE,
+    MetricsWriter,
+    SkillLog,
+    read_transcripts,
+    transcript_json,
+)
+from seed_jax.rollout.trajectory import read_trajectories
 
 CONTRACT_KEYS: tuple[str, ...] = (
     "rollout/success_rate", "rollout/return", "rollout/episode_length", "rollout/invalid_rate",
@@ -78,6 +97,12 @@ BEST: dict[str, str] = {
 }
 EVAL_DIR = "eval"
 REPORT_DIR = "report"
+COMPARE_DIR = "report_compare"
+# what the overlay of several runs shows, in panel order (the keys some run has)
+COMPARE_KEYS: tuple[str, ...] = (
+    "rollout/success_rate", "eval/success_rate", "rollout/return", "rollout/invalid_rate", "analysis/parse_rate",
+    "train/gate_mean", "train/opd_loss", "train/entropy", "train/kl",
+)
 
 
 class ReportError(RuntimeError):
@@ -116,6 +141,7 @@ class Report:
     out_dir: Path
     summary: Path
     plots: tuple[Path, ...]
+    others: tuple[Path, ...] = ()  # further files written (transcripts.md)
 
 
 # --------------------------------------------------------------------------- loading
@@ -376,8 +402,169 @@ def _eval_section(evals: list[EvalResult]) -> list[str]:
     return lines
 
 
-def make_report(workdir: str | Path, out_dir: str | Path | None = None) -> Report:
-    """Write plots and ``summary.md`` for run ``workdir``; raises ``ReportError`` if it has no data."""
+# --------------------------------------------------------------------------- transcripts
+
+def _clip(text: str, limit: int) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more characters)"
+
+
+def _fence(text: str, limit: int) -> list[str]:
+    """A fenced text block, its fence one backtick longer than any backtick run inside."""
+    body = _clip(text, limit)
+    run = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    fence = "`" * max(3, run + 1)
+    return [fence + "text", body, fence]
+
+
+def _gate_text(g: dict | None) -> str:
+    if not g or g.get("mean") is None:
+        return ""
+    return f"gate {fmt(g['mean'])} over {g.get('n_tokens', '?')} tokens"
+
+
+def render_transcript(rec: dict, title: str, limit: int = 1500) -> list[str]:
+    """Markdown lines of one transcript record (`seed_jax.metrics.transcript_json`): the task, the
+    outcome, the skill and its gate, then per step what the environment showed, the policy's
+    response and the step's reward; the first step's full prompt folded. Texts longer than
+    ``limit`` characters are cut, saying how much was left out."""
+    outcome = "success" if rec.get("won") else "failure"
+    lines = [f"### {title}: {outcome}, reward {fmt(rec.get('reward'))}", "",
+             f"task `{rec.get('task_id')}`, trajectory `{rec.get('traj_id')}`", ""]
+    lines += ["**Task**", ""] + _fence(rec.get("task", ""), limit) + [""]
+    if rec.get("skill"):
+        gate = _gate_text(rec.get("gate"))
+        lines += [f"**Skill**{f' ({gate})' if gate else ''}", ""] + _fence(rec["skill"], limit) + [""]
+    for i, st in enumerate(rec.get("steps", [])):
+        bits = [f"reward {fmt(st.get('reward'))}"]
+        if st.get("penalty"):
+            bits.append(f"penalty {fmt(st['penalty'])}")
+        bits.append("valid" if st.get("valid") else "invalid action")
+        if gate := _gate_text(st.get("gate")):
+            bits.append(gate)
+        lines += [f"**Step {i + 1}** ({', '.join(bits)})", ""]
+        if i == 0 and st.get("prompt"):
+            lines += ["<details><summary>prompt</summary>", ""] + _fence(st["prompt"], 4 * limit) + ["", "</details>",
+                                                                                                      ""]
+        lines += ["Observation:", ""] + _fence(st.get("observation", ""), limit) + [""]
+        lines += ["Response:", ""] + _fence(st.get("response", ""), limit) + [""]
+    if rec.get("final_observation"):
+        lines += ["**Final observation**", ""] + _fence(rec["final_observation"], limit) + [""]
+    return lines
+
+
+def _eval_transcripts(workdir: Path) -> tuple[str, list[dict]]:
+    """(file name, transcript records) of the newest evaluation's trajectories ("final_*" first)."""
+    files = sorted((workdir / EVAL_DIR).glob("*.trajectories.jsonl")) if (workdir / EVAL_DIR).is_dir() else []
+    if not files:
+        return "", []
+    final = [f for f in files if f.name.startswith("final_")]
+    f = (final or files)[-1]
+    try:
+        trajs = read_trajectories(f)
+    except ValueError as e:
+        raise ReportError(str(e)) from e
+    return f.name, [transcript_json(-1, t) for t in trajs]
+
+
+def write_transcripts(workdir: Path, out: Path, n: int) -> tuple[Path, int] | None:
+    """``out/transcripts.md``: the first ``n`` transcripts of the last RL update's sample and of the
+    newest evaluation; (path, number rendered), or None when the run has none (or ``n`` is 0)."""
+    if n <= 0:
+        return None
+    try:
+        rl_recs = read_transcripts(workdir)
+    except ValueError as e:  # a corrupt line that is not a torn last line
+        raise ReportError(str(e)) from e
+    eval_name, eval_recs = _eval_transcripts(workdir)
+    if not rl_recs and not eval_recs:
+        return None
+    lines = [f"# Transcripts: `{workdir}`", ""]
+    count = 0
+    if rl_recs:
+        last = max(r["update"] for r in rl_recs)
+        picked = [r for r in rl_recs if r["update"] == last][:n]
+        lines += [f"## RL update {last} (`{TRANSCRIPTS_FILE}`)", ""]
+        for r in picked:
+            lines += render_transcript(r, f"update {last}, `{r['traj_id']}`")
+        count += len(picked)
+    if eval_recs:
+        lines += [f"## Evaluation (`{EVAL_DIR}/{eval_name}`)", ""]
+        for r in eval_recs[:n]:
+            lines += render_transcript(r, f"eval, `{r['traj_id']}`")
+        count += len(eval_recs[:n])
+    path = out / "transcripts.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path, count
+
+
+# --------------------------------------------------------------------------- several runs
+
+def run_label(workdir: Path) -> str:
+    """``<directory name> (<method>)``, the method read from the run's config.json when it has one."""
+    try:
+        method = json.loads((workdir / "config.json").read_text()).get("method")
+    except (OSError, ValueError):
+        method = None
+    return f"{workdir.name} ({method})" if method else workdir.name
+
+
+def compare_figure(runs: Sequence[dict[str, Series]], labels: Sequence[str], keys: Sequence[str]):
+    """One panel per key (two columns), one line per run that has the key, labelled."""
+    ncols = 2 if len(keys) > 1 else 1
+    fig, axes = new_figure(math.ceil(len(keys) / ncols), ncols, size=(5.5, 3.2))
+    for i, ax in enumerate(axes.flat):
+        if i >= len(keys):
+            ax.set_visible(False)
+            continue
+        for label, series in zip(labels, runs):
+            if keys[i] in series:
+                s = series[keys[i]]
+                ax.plot(s.steps, s.values, label=label, marker="o" if len(s.steps) < 30 else None, markersize=3)
+        ax.set_title(keys[i], fontsize=10)
+        ax.set_xlabel("update")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(" vs ".join(labels))
+    return fig
+
+
+def compare_runs(workdirs: Sequence[str | Path], out_dir: str | Path | None = None,
+                 labels: Sequence[str] | None = None) -> Report:
+    """Overlay several runs: ``compare.png`` and ``compare.md`` in ``out_dir`` (default `COMPARE_DIR`)."""
+    dirs = [Path(w) for w in workdirs]
+    if labels is not None and len(labels) != len(dirs):
+        raise ReportError(f"--labels gives {len(labels)} labels for {len(dirs)} run directories")
+    labels = list(labels) if labels is not None else [run_label(d) for d in dirs]
+    runs = []
+    for d in dirs:
+        if not d.is_dir():
+            raise ReportError(f"workdir {d} does not exist or is not a directory")
+        if not (d / METRICS_FILE).exists():
+            raise ReportError(f"nothing to compare in {d}: no {METRICS_FILE}")
+        try:
+            runs.append(collect_series(MetricsWriter.read(d)))
+        except ValueError as e:
+            raise ReportError(str(e)) from e
+    keys = [k for k in COMPARE_KEYS if any(k in r for r in runs)]
+    if not keys:
+        raise ReportError(f"no run has any of {', '.join(COMPARE_KEYS)}")
+    out = Path(out_dir) if out_dir is not None else Path(COMPARE_DIR)
+    out.mkdir(parents=True, exist_ok=True)
+    png = save_figure(compare_figure(runs, labels, keys), out / "compare.png")
+    rows = [[f"`{k}`"] + [fmt(r[k].last()[1]) if k in r else "—" for r in runs] for k in keys]
+    lines = ["# Runs compared", ""]
+    lines += _table(["Run", "Directory"], [[lab, f"`{d}`"] for lab, d in zip(labels, dirs)]) + [""]
+    lines += ["Last value per run:", ""] + _table(["Metric", *labels], rows) + [""]
+    lines += ["![runs compared](compare.png)", ""]
+    summary = out / "compare.md"
+    summary.write_text("\n".join(lines), encoding="utf-8")
+    return Report(out, summary, (png,))
+
+
+def make_report(workdir: str | Path, out_dir: str | Path | None = None, transcripts: int = 3) -> Report:
+    """Write plots, ``summary.md`` and ``transcripts.md`` (``transcripts`` per source) for run
+    ``workdir``; raises ``ReportError`` if it has no data."""
     workdir = Path(workdir)
     if not workdir.is_dir():
         raise ReportError(f"workdir {workdir} does not exist or is not a directory")
@@ -395,6 +582,7 @@ def make_report(workdir: str | Path, out_dir: str | Path | None = None) -> Repor
     out = Path(out_dir) if out_dir is not None else workdir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     plots = make_plots(series, skills, evals, out)
+    written = write_transcripts(workdir, out, transcripts)
 
     lines = [f"# Run report: `{workdir}`", ""]
     if records:
@@ -404,28 +592,40 @@ def make_report(workdir: str | Path, out_dir: str | Path | None = None) -> Repor
         lines += _metrics_section(series)
     lines += _skills_section(skills)
     lines += _eval_section(evals)
+    if written is not None:
+        lines += ["## Transcripts", "", f"{written[1]} trajectories read in full: "
+                  f"[{written[0].name}]({written[0].relative_to(out).as_posix()}).", ""]
     if plots:
         lines += ["## Plots", ""]
         for title, p in plots:
             lines += [f"### {title}", "", f"![{title}]({p.relative_to(out).as_posix()})", ""]
     summary = out / "summary.md"
     summary.write_text("\n".join(lines), encoding="utf-8")
-    return Report(out, summary, tuple(p for _, p in plots))
+    extra = (written[0],) if written is not None else ()
+    return Report(out, summary, tuple(p for _, p in plots), extra)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m seed_jax.report",
-                                 description="Plots and a markdown summary of a seed_jax run.")
-    ap.add_argument("workdir", help="run directory (holds metrics.jsonl, skills.jsonl, eval/)")
-    ap.add_argument("--out", default=None, help="output directory (default <workdir>/report)")
+                                 description="Plots, a markdown summary and transcripts of a seed_jax run; "
+                                             "with several run directories, their curves on one figure.")
+    ap.add_argument("workdirs", nargs="+", metavar="workdir",
+                    help="run directory (holds metrics.jsonl, skills.jsonl, eval/, rl/transcripts.jsonl)")
+    ap.add_argument("--out", default=None,
+                    help=f"output directory (default <workdir>/{REPORT_DIR}; {COMPARE_DIR} for several runs)")
+    ap.add_argument("--transcripts", type=int, default=3, help="trajectories rendered per source (0: none)")
+    ap.add_argument("--labels", default=None, help="comma-separated run labels for several runs")
     args = ap.parse_args(argv)
     try:
-        rep = make_report(args.workdir, args.out)
+        if len(args.workdirs) == 1:
+            rep = make_report(args.workdirs[0], args.out, args.transcripts)
+        else:
+            labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
+            rep = compare_runs(args.workdirs, args.out, labels)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"wrote {rep.summary}")
-    for p in rep.plots:
+        return 2
+    for p in (rep.summary, *rep.others, *rep.plots):
         print(f"wrote {p}")
     return 0
 

@@ -11,7 +11,7 @@ The library, lowest layer first (a module may import its own layer and the layer
                  user is the rollout: ``seed_jax.skills`` (skill format and parser),
                  ``seed_jax.metrics`` (metric writers and pooling)
   3   pipeline   ``seed_jax.pipeline`` (config -> live objects, the stages)
-  4   launch     ``seed_jax.launch``, ``seed_jax.report`` (entry points, reading run dirs)
+  4   launch     ``seed_jax.launch``, ``seed_jax.report``, ``seed_jax.export``, ``seed_jax.chat`` (entry points)
 ====  =========  ==================================================================
 
 Beside and above the library:
@@ -54,6 +54,8 @@ LAYERS = {
     "seed_jax.pipeline": 3,
     "seed_jax.launch": 4,
     "seed_jax.report": 4,
+    "seed_jax.export": 4,  # RL checkpoint -> Hugging Face directory
+    "seed_jax.chat": 4,  # terminal chat with a policy
 }
 ENVS_FROM_LAYER = LAYERS["seed_jax.rollout"]
 NOT_FROM_LIBRARY = ("experiments", "configs")

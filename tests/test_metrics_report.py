@@ -394,7 +394,7 @@ def test_report_errors(tmp_path, capsys):
     (empty / "metrics.jsonl").write_text("")
     with pytest.raises(ReportError, match="nothing to report"):
         make_report(empty)
-    assert main([str(empty)]) == 1
+    assert main([str(empty)]) == 2
     assert "error: nothing to report" in capsys.readouterr().err
     bad = tmp_path / "bad"
     (bad / "eval").mkdir(parents=True)
@@ -409,7 +409,7 @@ def test_report_cli_module(tmp_path):
     empty.mkdir()
     r = subprocess.run([sys.executable, "-m", "seed_jax.report", str(empty)], cwd=REPO,
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and "nothing to report" in r.stderr
+    assert r.returncode == 2 and "nothing to report" in r.stderr
 
 
 @pytest.mark.parametrize("value,requested,expected", [

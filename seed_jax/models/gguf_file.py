@@ -72,6 +72,7 @@ def gguf_hf_config(reader) -> dict:
         "tie_word_embeddings": "output.weight" not in names,
         "bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id"),
         "eos_token_id": _field(reader, "tokenizer.ggml.eos_token_id"),
+        "pad_token_id": _field(reader, "tokenizer.ggml.padding_token_id"),
     }
     if a("attention.key_length"):
         cfg["head_dim"] = int(a("attention.key_length"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -56,6 +57,32 @@ def _gguf_tokenizer(path: Path):
     except OSError:
         pass  # read-only home: fine, just slower next time
     return tok
+
+
+# the class name transformers >= 5 writes for any tokenizer backed by tokenizer.json, which
+# transformers 4.x does not know; its 4.x name loads the same tokenizer.json under both
+_PORTABLE_CLASS = {"TokenizersBackend": "PreTrainedTokenizerFast"}
+
+
+def save_tokenizer(tok, out_dir) -> Path:
+    """``tok.save_pretrained(out_dir)``, written so that transformers 4.50 and later load it too.
+
+    ``tokenizer_config.json`` names a tokenizer class every version knows (transformers 5's
+    generic ``TokenizersBackend`` becomes ``PreTrainedTokenizerFast``) and carries the chat
+    template inline as well (versions before ``chat_template.jinja`` files read it there).
+    """
+    out_dir = Path(out_dir)
+    tok.save_pretrained(str(out_dir))
+    f = out_dir / "tokenizer_config.json"
+    if not f.exists():
+        return out_dir
+    cfg = json.loads(f.read_text())
+    cfg["tokenizer_class"] = _PORTABLE_CLASS.get(cfg.get("tokenizer_class"), cfg.get("tokenizer_class"))
+    template = out_dir / "chat_template.jinja"
+    if "chat_template" not in cfg and template.exists():
+        cfg["chat_template"] = template.read_text()
+    f.write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
+    return out_dir
 
 
 def apply_chat(tok, user_text: str, system: str | None = None) -> str:

@@ -12,7 +12,7 @@ Per update ``u`` (everything seeded by ``(config.seed, u)``, so a resumed run re
 5. PPO epochs over mini-batches of ``rl.mini_batch_size`` step-samples, one optimizer step
    each (`seed_jax.pipeline.ppo.ppo_epochs`);
 6. an `UpdateRecord` for every callback: the run's own writers (metrics.jsonl + TensorBoard,
-   skills.jsonl, step_gates.jsonl) come first, then the caller's; then the checkpoint every
+   skills.jsonl, step_gates.jsonl, rl/transcripts.jsonl) come first, then the caller's; then the checkpoint every
    ``rl.checkpoint_every`` updates and the in-training evaluation every ``rl.eval_every``.
 """
 
@@ -25,8 +25,16 @@ from collections.abc import Callable, Sequence
 
 import jax
 
-from seed_jax.jsonl import append_jsonl
-from seed_jax.metrics import GateSummary, SkillLogEntry, StageProgress, Timer
+from seed_jax.jsonl import append_jsonl, repair_torn_tail
+from seed_jax.metrics import (
+    TRANSCRIPTS_FILE,
+    GateSummary,
+    SkillLogEntry,
+    StageProgress,
+    Timer,
+    sample_transcripts,
+    transcript_json,
+)
 from seed_jax.pipeline.analyzers import AnalysisContext, rl_analyzer
 from seed_jax.pipeline.evaluate import evaluate_params
 from seed_jax.pipeline.multihost import host_local_params
@@ -121,6 +129,32 @@ def step_gate_writer(run: Run) -> RLCallback:
     return write
 
 
+class TranscriptWriter:
+    """rl/transcripts.jsonl: ``rl.transcripts_per_update`` trajectories of each update read in full
+    (steps with observation, prompt, response, reward; the skill and the gates), drawn by
+    `seed_jax.metrics.sample_transcripts` seeded by ``(config.seed, update)``; host 0's
+    trajectories only. 0 writes nothing."""
+
+    def __init__(self, run: Run):
+        self.path = run.workdir / TRANSCRIPTS_FILE
+        self.k = int(run.config.rl.transcripts_per_update)
+        self.seed = run.config.seed
+        self.enabled = self.k > 0 and jax.process_index() == 0
+        if self.enabled:
+            repair_torn_tail(self.path)
+
+    def __call__(self, rec: UpdateRecord) -> None:
+        if not self.enabled:
+            return
+        picked = sample_transcripts(rec.trajectories, self.k, f"{self.seed}:transcripts:{rec.update}")
+        by_traj: dict[str, dict[int, StepGate]] = {}
+        for g in rec.step_gates:
+            by_traj.setdefault(g.traj_id, {})[g.step] = g
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        append_jsonl(self.path, [transcript_json(rec.update, t, rec.skills.get(t.traj_id), rec.gates.get(t.traj_id),
+                                                 by_traj.get(t.traj_id)) for t in picked])
+
+
 # --------------------------------------------------------------------------------- the stage
 
 
@@ -162,7 +196,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
         start = int(host["update"]) + 1
         log.info("RL: resumed from checkpoint %d (next update %d)", step, start)
     train_step = make_train_step(cfg, tc, mesh)
-    callbacks = [metrics_writer(run), skill_log_writer(run), step_gate_writer(run), *callbacks]
+    callbacks = [metrics_writer(run), skill_log_writer(run), step_gate_writer(run), TranscriptWriter(run), *callbacks]
     bar = StageProgress(c.rl.num_updates, "RL updates", unit="update", initial=start)
     last = {}
     with make_pool(c, run.bench) as pool:
@@ -207,7 +241,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
             last = out
     bar.close()
     ckpt.close()
-    final = type(model)(cfg, jax.device_get(host_local_params(state.params)), "rl")
+    final = dataclasses.replace(model, params=jax.device_get(host_local_params(state.params)), source="rl")
     if jax.process_index() == 0:
         save_policy(final, tok, run.workdir / "rl" / "final_model")
     return {k: float(v) for k, v in last.items()}

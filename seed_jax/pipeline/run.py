@@ -11,7 +11,9 @@ Layout of ``workdir``::
     rl/ckpt/<update>/           orbax checkpoints of the RL train state (rl)
     rl/final_model/             HF directory of the final policy
     eval/*.json, eval/results.md  evaluation results (eval)
-    metrics.jsonl, tb/, skills.jsonl
+    rl/transcripts.jsonl        a sample of each update's trajectories in full (rl.transcripts_per_update)
+    metrics.jsonl, tb/, skills.jsonl, step_gates.jsonl
+    wandb_run_id, wandb/        the Weights & Biases run of this directory (tracking.wandb)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import jax
 
-from seed_jax.metrics import MetricsWriter, SkillLog
+from seed_jax.metrics import MetricsWriter, SkillLog, WandbSettings
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.methods import switches
 from seed_jax.pipeline.validate import STAGES, ConfigValueError
@@ -39,7 +41,7 @@ class Run:
         self.bench = make_benchmark(config.env)
         self.switches = switches(config)
         main = jax.process_index() == 0
-        self.metrics = MetricsWriter(self.workdir, enabled=main)
+        self.metrics = MetricsWriter(self.workdir, enabled=main, wandb=wandb_settings(config))
         self.skill_log = SkillLog(self.workdir, enabled=main)
         cfg_file = self.workdir / "config.json"
         if main and not cfg_file.exists():
@@ -79,6 +81,15 @@ class Run:
         self.metrics.close()
 
 
+def wandb_settings(config) -> WandbSettings | None:
+    """The W&B settings of ``config.tracking`` with the run config to log; None when W&B is off."""
+    t = config.get("tracking")
+    if t is None or not t.wandb:
+        return None
+    return WandbSettings(project=t.wandb_project, entity=t.wandb_entity, mode=t.wandb_mode,
+                         config=json.loads(json.dumps(config.to_dict(), default=str)))
+
+
 # ------------------------------------------------------------------------------- relaunching
 
 # Keys that change how a run is carried out, not what it computes (up to the summation order of a
@@ -86,8 +97,9 @@ class Run:
 # (RL continues from its last checkpoint); every other difference is refused without ``--force``.
 RESULT_NEUTRAL_KEYS = frozenset({
     "stages", "env.num_workers", "env.step_timeout_s", "eval.checkpoint", "rl.checkpoint_every",
-    "rl.keep_checkpoints", "rl.eval_every", "rl.audit_gates", "stage1.openai_api_key_env", "model.remat",
-    "model.attention", "mesh.data", "mesh.fsdp", "mesh.tensor", "xla.cache_dir"})
+    "rl.keep_checkpoints", "rl.eval_every", "rl.audit_gates", "rl.transcripts_per_update", "stage1.openai_api_key_env",
+    "model.remat", "model.attention", "tracking.wandb", "tracking.wandb_project", "tracking.wandb_entity",
+    "tracking.wandb_mode", "mesh.data", "mesh.fsdp", "mesh.tensor", "xla.cache_dir"})
 
 
 class ConfigChangedError(ConfigValueError):

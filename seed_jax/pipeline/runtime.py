@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jax
 
-from seed_jax.models import Model, ModelConfig, load_model, load_tokenizer, save_model
+from seed_jax.models import Model, ModelConfig, load_model, load_tokenizer, save_model, save_tokenizer
 from seed_jax.models.decoder import init_params
 from seed_jax.pipeline.methods import switches
 from seed_jax.rollout.loop import RolloutSettings
@@ -87,14 +87,15 @@ def _with_attention(model: Model, m) -> Model:
     return dataclasses.replace(model, config=model.config.replace(attention=m.attention))
 
 
-def save_policy(model: Model, tokenizer, out_dir: Path) -> Path:
-    """A complete HF directory (weights, config, tokenizer) written atomically."""
+def save_policy(model: Model, tokenizer, out_dir: Path, dtype: str | None = None) -> Path:
+    """A complete HF directory (weights in ``dtype``, default the model's own; config.json,
+    generation_config.json, tokenizer; `save_model`, `save_tokenizer`) written atomically."""
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    save_model(model, tmp)
-    tokenizer.save_pretrained(str(tmp))
+    save_model(model, tmp, dtype)
+    save_tokenizer(tokenizer, tmp)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 
@@ -155,7 +156,7 @@ def sft(run: Run, mesh) -> dict:
                 bar.update(1, nll=f"{m.get('nll', m['loss']):.3f}")
                 i += 1
         bar.close()
-        model = type(model)(model.config, host_local_params(state.params), "sft")
+        model = dataclasses.replace(model, params=host_local_params(state.params), source="sft")
         summary["final_loss"] = m["loss"]
         summary["heldout_nll_after"] = heldout_nll(model.params, model.config, held, encode, tok, c)
     if jax.process_index() == 0:

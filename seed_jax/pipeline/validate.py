@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import urllib.error
 import urllib.parse
@@ -9,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 from seed_jax.losses import ADVANTAGE_ESTIMATORS, PENALTY_MODES
+from seed_jax.metrics import WANDB_MODES
 from seed_jax.models.config import ATTENTION_IMPLS, REMAT_POLICIES
 from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
 from seed_jax.pipeline.environments import missing_data
@@ -44,12 +46,17 @@ def validate(config) -> None:
         if _get(config, key) < 1:
             bad(key, "must be >= 1")
     for key in ("rl.num_updates", "stage1.sft_epochs", "eval.num_tasks", "rl.eval_every", "env.num_workers",
-                "train.warmup_updates"):
+                "train.warmup_updates", "rl.transcripts_per_update"):
         if _get(config, key) < 0:
             bad(key, "must be >= 0")
     for key in ("rollout.temperature", "stage1.temperature", "eval.temperature"):
         if _get(config, key) < 0:
             bad(key, "must be >= 0")
+    tracking = config.get("tracking")
+    if tracking is not None and tracking.wandb_mode not in WANDB_MODES:
+        bad("tracking.wandb_mode", f"must be one of {', '.join(repr(m) for m in WANDB_MODES)}")
+    if tracking is not None and tracking.wandb and importlib.util.find_spec("wandb") is None:
+        bad("tracking.wandb", "needs the wandb package (pip install wandb)")
     if not 0 < config.rollout.top_p <= 1:
         bad("rollout.top_p", "must be in (0, 1]")
     if not 0 <= config.stage1.heldout_fraction < 1:
