@@ -101,6 +101,7 @@ def worker(out: str) -> None:
     ref = scoring_params(random_params(CFG, 0), CFG.replace(dtype="bfloat16"), make_mesh(data=1, fsdp=8))
     q = ref["layers"]["self_attn"]["q_proj"]["kernel"]
     assert (q.dtype, q.sharding.spec) == (jnp.bfloat16, P(None, "fsdp", "tensor")), (q.dtype, q.sharding.spec)
+    assert ref["norm"]["scale"].dtype == jnp.float32  # vectors keep the master dtype
     ids, mask = logprob_inputs()
     saved["logp"] = compute_logprobs(random_params(CFG, 0), CFG, ids, mask, P_LEN, R, micro_batch=8,
                                      mesh=make_mesh(data=1, fsdp=8))

@@ -382,15 +382,25 @@ def unstack_layers(params: dict, cfg: ModelConfig, take_layer=None) -> dict:
 
 
 def cast_to_compute(params, cfg: ModelConfig):
-    """The parameter tree with its floating leaves in the compute dtype ``cfg.dtype``.
+    """The parameter tree with its floating matrices in the compute dtype ``cfg.dtype``.
 
     Applied to the (sharded) master weights before use, so that each layer's all-gather moves
     compute-dtype bytes (half of float32 for bfloat16); gradients flow back through the cast
-    to the master dtype. Identity when the dtypes agree.
+    to the master dtype. Vectors (norm scales, biases: per layer ``[L, n]``) keep the master
+    dtype: they are tiny, the layers cast them where they are used, and their gradients stay
+    full precision. Identity when the dtypes agree.
     """
     dtype = resolve_dtype(cfg.dtype)
-    return jax.tree_util.tree_map(
-        lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) and p.dtype != dtype else p, params)
+
+    def cast(path, p):
+        matrix = getattr(path[-1], "key", None) in MATRIX_PARAMS
+        return p.astype(dtype) if matrix and jnp.issubdtype(p.dtype, jnp.floating) else p
+
+    return jax.tree_util.tree_map_with_path(cast, params)
+
+
+# Leaf names of the weight matrices (`cast_to_compute` casts these).
+MATRIX_PARAMS = frozenset({"kernel", "embedding", "lm_head"})
 
 
 def lm_head_matrix(params: dict, cfg: ModelConfig) -> jax.Array:
