@@ -114,7 +114,9 @@ def main(argv=None) -> None:
                       num_layers=args.layers, num_heads=16, num_kv_heads=2, head_dim=128, qkv_bias=True,
                       tie_word_embeddings=True,
                       **({} if args.attention == "reference" else {"attention": args.attention}))
-    tc = TrainConfig(micro_batch_size=args.micro, remat=args.remat, compute_dtype=args.dtype,
+    # booleans for none / full: the same policy, also understood by versions that took a bool
+    remat = {"none": False, "full": True}.get(args.remat, args.remat)
+    tc = TrainConfig(micro_batch_size=args.micro, remat=remat, compute_dtype=args.dtype,
                      param_dtype="float32", lambda_opd=0.01, c_kl=0.01)
     B, Pl, R = args.rows, args.prompt, args.resp
     rows = batch_sharding(mesh)

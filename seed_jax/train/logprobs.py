@@ -30,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 
 from seed_jax.losses import entropy_from_logits
 from seed_jax.models import decoder
-from seed_jax.models.config import ModelConfig, resolve_dtype
+from seed_jax.models.config import ModelConfig
 from seed_jax.models.decoder import init_params
 from seed_jax.train.mesh import batch_divisor, batch_sharding, tree_shardings
 
@@ -53,8 +53,8 @@ def token_logprobs_from_hidden(params, cfg: ModelConfig, hidden: jax.Array, targ
     chunks locally and reduced across devices once per call (not once per chunk), and the
     auto chunk is sized by the rows each device holds.
     """
-    w = decoder.lm_head_matrix(params, cfg).astype(resolve_dtype(cfg.dtype))
-    head = functools.partial(_head_logprobs, chunk=chunk, with_entropy=with_entropy)
+    w, vocab_major = decoder.head_matrix(params, cfg)
+    head = functools.partial(_head_logprobs, chunk=chunk, with_entropy=with_entropy, vocab_major=vocab_major)
     rows = decoder.row_context()
     if rows is None:
         return head(w, hidden, targets)
@@ -68,13 +68,14 @@ def token_logprobs_from_hidden(params, cfg: ModelConfig, hidden: jax.Array, targ
     return jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes), P(axes)), out_specs=P(axes))(w, hidden, targets)
 
 
-def _head_logprobs(w, hidden, targets, chunk, with_entropy):
-    """`token_logprobs_from_hidden` on one device's rows with the whole head ``w [H, V]``."""
+def _head_logprobs(w, hidden, targets, chunk, with_entropy, vocab_major):
+    """`token_logprobs_from_hidden` on one device's rows with the whole head ``w``
+    (`decoder.head_matrix`)."""
     B, R, H = hidden.shape
-    c = min(chunk or auto_chunk(B, R, w.shape[1]), R)
+    c = min(chunk or auto_chunk(B, R, w.shape[0 if vocab_major else 1]), R)
 
     def piece(h, t):
-        z = decoder.project_logits(h, w)  # [B, c, V] float32
+        z = decoder.project_logits(h, w, vocab_major)  # [B, c, V] float32
         lse = jax.nn.logsumexp(z, axis=-1)
         logp = jnp.take_along_axis(z, t[..., None], axis=-1)[..., 0] - lse
         ent = entropy_from_logits(z) if with_entropy else jnp.zeros_like(logp)
