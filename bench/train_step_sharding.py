@@ -88,8 +88,9 @@ def collective_bytes(hlo: str) -> dict[str, float]:
         for line in info["lines"]:
             m = re.search(r"=\s*(.+?)\s+(" + "|".join(KINDS) + r")(-start)?\(", line)
             if m:
-                out[m.group(2)] += shape_bytes(m.group(1).split("{")[0] if m.group(3) is None else m.group(1)) \
-                    * mult[c] / (2 if m.group(3) and m.group(2) == "all-gather" else 1)
+                # an all-gather-start's result is the (operand, result) pair: count the result only
+                out[m.group(2)] += shape_bytes(m.group(1)) * mult[c] \
+                    / (2 if m.group(3) and m.group(2) == "all-gather" else 1)
     return out
 
 
