@@ -88,9 +88,10 @@ def collective_bytes(hlo: str) -> dict[str, float]:
         for line in info["lines"]:
             m = re.search(r"=\s*(.+?)\s+(" + "|".join(KINDS) + r")(-start)?\(", line)
             if m:
-                # an all-gather-start's result is the (operand, result) pair: count the result only
-                out[m.group(2)] += shape_bytes(m.group(1)) * mult[c] \
-                    / (2 if m.group(3) and m.group(2) == "all-gather" else 1)
+                text = m.group(1)
+                if m.group(3) and m.group(2) == "all-gather":  # async: (operand, result); count the result
+                    text = "{}[{}]".format(*_SHAPE.findall(text)[-1])
+                out[m.group(2)] += shape_bytes(text) * mult[c]
     return out
 
 
