@@ -88,8 +88,10 @@ def collective_bytes(hlo: str) -> dict[str, float]:
         for line in info["lines"]:
             m = re.search(r"=\s*(.+?)\s+(" + "|".join(KINDS) + r")(-start)?\(", line)
             if m:
-                out[m.group(2)] += shape_bytes(m.group(1).split("{")[0] if m.group(3) is None else m.group(1)) \
-                    * mult[c] / (2 if m.group(3) and m.group(2) == "all-gather" else 1)
+                text = m.group(1)
+                if m.group(3) and m.group(2) == "all-gather":  # async: (operand, result); count the result
+                    text = "{}[{}]".format(*_SHAPE.findall(text)[-1])
+                out[m.group(2)] += shape_bytes(text) * mult[c]
     return out
 
 
@@ -114,7 +116,9 @@ def main(argv=None) -> None:
                       num_layers=args.layers, num_heads=16, num_kv_heads=2, head_dim=128, qkv_bias=True,
                       tie_word_embeddings=True,
                       **({} if args.attention == "reference" else {"attention": args.attention}))
-    tc = TrainConfig(micro_batch_size=args.micro, remat=args.remat, compute_dtype=args.dtype,
+    # booleans for none / full: the same policy, also understood by versions that took a bool
+    remat = {"none": False, "full": True}.get(args.remat, args.remat)
+    tc = TrainConfig(micro_batch_size=args.micro, remat=remat, compute_dtype=args.dtype,
                      param_dtype="float32", lambda_opd=0.01, c_kl=0.01)
     B, Pl, R = args.rows, args.prompt, args.resp
     rows = batch_sharding(mesh)

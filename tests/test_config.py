@@ -225,3 +225,22 @@ if __name__ == "__main__":  # re-record the fixtures (a deliberate change to a p
     (DATA / "config_presets.json").write_text(json.dumps(resolved_presets(), indent=1, sort_keys=True) + "\n")
     (DATA / "config_train_configs.json").write_text(
         json.dumps(resolved_train_configs(), indent=1, sort_keys=True) + "\n")
+
+
+@pytest.mark.parametrize("key,value", [("model.remat", "most"), ("model.attention", "flash"), ("mesh.fsdp", 0),
+                                       ("mesh.fsdp", -2)])
+def test_a_bad_scale_key_is_rejected_naming_it(key, value):
+    c = _config("search:tiny")
+    set_keys(c, {key: value})
+    with pytest.raises(ConfigValueError, match=rf"config\.{key}"):
+        validate(c)
+
+
+def test_paper_presets_shard_zero3_in_bf16_with_remat():
+    for env in ("alfworld", "webshop", "search"):
+        c = _config(f"{env}:paper")
+        m = c.model
+        assert (m.dtype, m.param_dtype, m.remat, m.attention, c.mesh.fsdp, c.mesh.data) == \
+            ("bfloat16", "float32", "save_dots_except_mlp", "dot_product", -1, -1), env
+        tc = train_config(c)
+        assert (tc.compute_dtype, tc.remat) == ("bfloat16", "save_dots_except_mlp")

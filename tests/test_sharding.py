@@ -77,10 +77,15 @@ def flat(tree) -> dict:
 
 
 def worker(out: str) -> None:
-    from seed_jax.train.logprobs import compute_logprobs
+    import jax.numpy as jnp
+
+    from seed_jax.train.logprobs import compute_logprobs, scoring_params
     from seed_jax.train.mesh import host_local_batch_to_global
 
     assert jax.device_count() == 8, jax.device_count()
+    # fsdp=-1: every device of this (single) host on 'fsdp'; data = the remaining (1)
+    assert dict(make_mesh(data=-1, fsdp=-1).shape) == {"data": 1, "fsdp": 8, "tensor": 1}
+    assert dict(make_mesh(fsdp=-1, tensor=2).shape) == {"data": 1, "fsdp": 4, "tensor": 2}
     saved = {}
     for name, ((d, f, t), rows, micro) in MESHES.items():
         # micro-batches of data x fsdp rows: sharding and accumulation at once
@@ -93,6 +98,10 @@ def worker(out: str) -> None:
             assert not moved, "activation-sized collectives in the fsdp=8 step:\n" + "\n".join(moved)
         saved.update({f"{name}/state/{k}": v for k, v in flat(state).items()})
         saved.update({f"{name}/metric/{k}": np.float64(v) for k, v in metrics.items()})
+    ref = scoring_params(random_params(CFG, 0), CFG.replace(dtype="bfloat16"), make_mesh(data=1, fsdp=8))
+    q = ref["layers"]["self_attn"]["q_proj"]["kernel"]
+    assert (q.dtype, q.sharding.spec) == (jnp.bfloat16, P(None, "fsdp", "tensor")), (q.dtype, q.sharding.spec)
+    assert ref["norm"]["scale"].dtype == jnp.float32  # vectors keep the master dtype
     ids, mask = logprob_inputs()
     saved["logp"] = compute_logprobs(random_params(CFG, 0), CFG, ids, mask, P_LEN, R, micro_batch=8,
                                      mesh=make_mesh(data=1, fsdp=8))

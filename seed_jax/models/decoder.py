@@ -197,7 +197,9 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     ``mask [B, T, S]`` boolean (True = may attend). ``impl``:
 
     * ``"reference"``: einsums with float32 scores; the ``G = H/K`` heads of a group and the
-      ``T`` queries form the rows of one ``[T*G, S]`` score matrix per (batch, kv head);
+      ``T`` queries form the rows of one ``[T*G, S]`` score matrix per (batch, kv head), keys
+      transposed to ``[B, K, D, S]`` and values to ``[B, K, S, D]`` so that both products and
+      their gradients are plain batched matmuls (no transposed copy of the scores);
     * ``"dot_product"``: `jax.nn.dot_product_attention`, the implementation left to JAX
       (cuDNN flash attention on GPU when shapes and dtypes allow, XLA elsewhere).
 
@@ -210,14 +212,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     if impl != "reference":
         raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
     B, T, H, D = q.shape
-    K = k.shape[2]
-    G = H // K
-    qg = q.reshape(B, T, K, G, D)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k.astype(q.dtype),
-                        preferred_element_type=jnp.float32) / math.sqrt(D)
-    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    out = _attend_cached(q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), mask, D)
     return out.reshape(B, T, H, D)
 
 
@@ -382,15 +377,25 @@ def unstack_layers(params: dict, cfg: ModelConfig, take_layer=None) -> dict:
 
 
 def cast_to_compute(params, cfg: ModelConfig):
-    """The parameter tree with its floating leaves in the compute dtype ``cfg.dtype``.
+    """The parameter tree with its floating matrices in the compute dtype ``cfg.dtype``.
 
     Applied to the (sharded) master weights before use, so that each layer's all-gather moves
     compute-dtype bytes (half of float32 for bfloat16); gradients flow back through the cast
-    to the master dtype. Identity when the dtypes agree.
+    to the master dtype. Vectors (norm scales, biases: per layer ``[L, n]``) keep the master
+    dtype: they are tiny, the layers cast them where they are used, and their gradients stay
+    full precision. Identity when the dtypes agree.
     """
     dtype = resolve_dtype(cfg.dtype)
-    return jax.tree_util.tree_map(
-        lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) and p.dtype != dtype else p, params)
+
+    def cast(path, p):
+        matrix = getattr(path[-1], "key", None) in MATRIX_PARAMS
+        return p.astype(dtype) if matrix and jnp.issubdtype(p.dtype, jnp.floating) else p
+
+    return jax.tree_util.tree_map_with_path(cast, params)
+
+
+# Leaf names of the weight matrices (`cast_to_compute` casts these).
+MATRIX_PARAMS = frozenset({"kernel", "embedding", "lm_head"})
 
 
 def lm_head_matrix(params: dict, cfg: ModelConfig) -> jax.Array:
@@ -410,9 +415,20 @@ def logits_from_hidden(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax
     return constrain_rows(project_logits(constrain_rows(hidden), w))
 
 
-def project_logits(hidden: jax.Array, w: jax.Array) -> jax.Array:
-    """``hidden [B, T, H] @ w [H, V]`` in ``w``'s dtype, accumulated in float32."""
-    return jnp.einsum("bth,hv->btv", hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
+def project_logits(hidden: jax.Array, w: jax.Array, vocab_major: bool = False) -> jax.Array:
+    """``hidden [B, T, H] @ w [H, V]`` (``vocab_major``: ``w [V, H]``, the tied embedding as
+    stored, contracted without a transposed copy) in ``w``'s dtype, accumulated in float32."""
+    spec = "bth,vh->btv" if vocab_major else "bth,hv->btv"
+    return jnp.einsum(spec, hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
+
+
+def head_matrix(params: dict, cfg: ModelConfig) -> tuple[jax.Array, bool]:
+    """``(w, vocab_major)``: the output projection as stored (`project_logits`), in the compute
+    dtype: ``lm_head [H, V]``, or the tied embedding ``[V, H]`` (``vocab_major=True``)."""
+    dtype = resolve_dtype(cfg.dtype)
+    if "lm_head" in params or not cfg.tie_word_embeddings:
+        return params["lm_head"].astype(dtype), False
+    return params["embed_tokens"]["embedding"].astype(dtype), True
 
 
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:

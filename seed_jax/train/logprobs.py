@@ -30,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 
 from seed_jax.losses import entropy_from_logits
 from seed_jax.models import decoder
-from seed_jax.models.config import ModelConfig, resolve_dtype
+from seed_jax.models.config import ModelConfig
 from seed_jax.models.decoder import init_params
 from seed_jax.train.mesh import batch_divisor, batch_sharding, tree_shardings
 
@@ -53,22 +53,29 @@ def token_logprobs_from_hidden(params, cfg: ModelConfig, hidden: jax.Array, targ
     chunks locally and reduced across devices once per call (not once per chunk), and the
     auto chunk is sized by the rows each device holds.
     """
-    w = decoder.lm_head_matrix(params, cfg).astype(resolve_dtype(cfg.dtype))
-    head = functools.partial(_head_logprobs, chunk=chunk, with_entropy=with_entropy)
+    w, vocab_major = decoder.head_matrix(params, cfg)
+    head = functools.partial(_head_logprobs, chunk=chunk, with_entropy=with_entropy, vocab_major=vocab_major)
     rows = decoder.row_context()
     if rows is None:
         return head(w, hidden, targets)
     mesh, axes = rows
-    return jax.shard_map(head, mesh=mesh, in_specs=(P(), P(axes), P(axes)), out_specs=P(axes))(w, hidden, targets)
+
+    def local(w, h, t):
+        # w as device-varying once, outside the chunk loop: the transpose of this cast is the one
+        # cross-device sum of the head's gradient (inside the loop it would be one per chunk)
+        return head(jax.lax.pcast(w, axes, to="varying"), h, t)
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes), P(axes)), out_specs=P(axes))(w, hidden, targets)
 
 
-def _head_logprobs(w, hidden, targets, chunk, with_entropy):
-    """`token_logprobs_from_hidden` on one device's rows with the whole head ``w [H, V]``."""
+def _head_logprobs(w, hidden, targets, chunk, with_entropy, vocab_major):
+    """`token_logprobs_from_hidden` on one device's rows with the whole head ``w``
+    (`decoder.head_matrix`)."""
     B, R, H = hidden.shape
-    c = min(chunk or auto_chunk(B, R, w.shape[1]), R)
+    c = min(chunk or auto_chunk(B, R, w.shape[0 if vocab_major else 1]), R)
 
     def piece(h, t):
-        z = decoder.project_logits(h, w)  # [B, c, V] float32
+        z = decoder.project_logits(h, w, vocab_major)  # [B, c, V] float32
         lse = jax.nn.logsumexp(z, axis=-1)
         logp = jnp.take_along_axis(z, t[..., None], axis=-1)[..., 0] - lse
         ent = entropy_from_logits(z) if with_entropy else jnp.zeros_like(logp)
@@ -107,6 +114,7 @@ def response_logprobs(params, cfg: ModelConfig, ids: jax.Array, mask: jax.Array,
     return token_logprobs_from_hidden(params, cfg, h, targets, chunk, with_entropy)
 
 
+@functools.lru_cache(maxsize=16)
 def param_shardings(model_cfg: ModelConfig, mesh):
     """NamedShardings of the model's parameter tree by `mesh.PARAM_RULES` (nothing allocated)."""
     abstract = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
@@ -116,9 +124,10 @@ def param_shardings(model_cfg: ModelConfig, mesh):
 def scoring_params(params, model_cfg: ModelConfig, mesh=None):
     """Parameters for log-prob passes only (e.g. the frozen reference): cast to the compute
     dtype and, with a ``mesh``, placed sharded by the parameter rules like the policy's."""
-    cast = jax.jit(functools.partial(decoder.cast_to_compute, cfg=model_cfg),
-                   out_shardings=None if mesh is None else param_shardings(model_cfg, mesh))
-    return cast(params)
+    cast = functools.partial(decoder.cast_to_compute, cfg=model_cfg)
+    if mesh is None:
+        return jax.jit(cast)(params)
+    return jax.jit(cast, out_shardings=param_shardings(model_cfg, mesh))(params)
 
 
 @functools.lru_cache(maxsize=32)
@@ -132,7 +141,7 @@ def make_logprob_pass(model_cfg: ModelConfig, prompt_len: int, resp_len: int, ch
     accepts abstract inputs (``.lower(ShapeDtypeStruct ...)``) for ahead-of-time plans.
     """
     def run(params, ids, mask):
-        with decoder.activation_sharding(mesh):
+        with decoder.activation_sharding(mesh if mesh is not None and mesh.size > 1 else None):
             return response_logprobs(decoder.cast_to_compute(params, model_cfg), model_cfg, ids, mask,
                                      prompt_len, resp_len, chunk, with_entropy=False)[0]
 

@@ -67,7 +67,8 @@ def build_step(micro_loss: Callable, token_count: Callable, model_cfg, train_cfg
     ``micro_loss(params, micro_batch, N) -> (loss, {name: TokenSum})`` with the loss already
     divided by N. State shardings follow `mesh.PARAM_RULES`, the batch is split by rows over
     ('data', 'fsdp'), metrics are replicated; the state is donated. ``micro_loss`` is traced
-    under `decoder.activation_sharding(mesh)` (activations split by rows) and receives the
+    under `decoder.activation_sharding(mesh)` (activations split by rows; on meshes of more
+    than one device) and receives the
     parameters cast to the compute dtype (`decoder.cast_to_compute`, once per step on the
     sharded master weights, before any all-gather); gradients are accumulated in float32,
     constrained to the parameter shardings and returned in the master dtype. Metrics: the micro-loss's
@@ -86,7 +87,7 @@ def build_step(micro_loss: Callable, token_count: Callable, model_cfg, train_cfg
             raise ValueError(f"micro-batch of {rows // n_micro} rows is not a multiple of the "
                              f"data x fsdp mesh size {div}")
         n_tok = token_count(batch)
-        with activation_sharding(mesh):
+        with activation_sharding(mesh if mesh.size > 1 else None):
             # cast once, on the shards: every all-gather in the loops below moves compute-dtype bytes
             params = constrain_tree(cast_to_compute(state.params, cfg), shardings.params)
             loss, aux, grads = accumulate_gradients(
