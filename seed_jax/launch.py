@@ -53,6 +53,7 @@ from seed_jax.pipeline.run import (
     stage_plan,
     write_config,
 )
+from seed_jax.pipeline.summary import describe_run, peak_rss_mb
 from seed_jax.pipeline.validate import STAGES, ConfigValueError, check_inputs, check_retriever, validate
 from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
 
@@ -132,7 +133,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         else:
             summary = actions[stage]()
         barrier(f"stage-{stage}")
-        summary = {**summary, "wall_s": round(time.time() - t0, 1)}
+        summary = {**summary, "wall_s": round(time.time() - t0, 1), "peak_rss_mb": round(peak_rss_mb(), 1)}
         if stage == "rl":
             summary["num_updates"] = config.rl.num_updates  # a raised rl.num_updates reopens the stage
         run.mark_done(stage, summary)
@@ -140,9 +141,11 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         out[stage] = summary
     run.close()
     if jax.process_index() == 0:
-        print(f"run directory: {run.workdir}")
         if (run.workdir / "eval" / "results.md").exists():
             print((run.workdir / "eval" / "results.md").read_text())
+        text = describe_run(config, out, run.workdir, preset)
+        (run.workdir / "summary.md").write_text(text + "\n")
+        print(text)
     return out
 
 

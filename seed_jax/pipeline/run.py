@@ -12,6 +12,7 @@ Layout of ``workdir``::
     rl/final_model/             HF directory of the final policy
     eval/*.json, eval/results.md  evaluation results (eval)
     metrics.jsonl, tb/, skills.jsonl
+    summary.md                  the end-of-run summary in plain words (`seed_jax.pipeline.summary`)
 """
 
 from __future__ import annotations
