@@ -37,16 +37,16 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("collect", "annotate", "sft", "rl", "eval")
 
-# The default run before this benchmark's changes (commit c19b655): stage 1 (collect, annotate,
-# sft) measured with this script (stages collect,annotate,sft) on the project's shared 2-core
-# machine; the wall times of rl and eval are the README's full-run figures of that commit
-# (measured under load 6-7); its run peaked at 14.5 GB during SFT.
+# The default run before the memory work (commit c19b655), as recorded then: wall time per stage
+# from the README of that commit (one run on the project's shared 2-core machine, load 6-7) and
+# the whole run's peak RSS, 14.5 GB, reached during stage-1 SFT (measured alone on an idle
+# machine). Its per-stage RSS other than SFT was not recorded.
 REFERENCE = {
     "label": "c19b655 (before)",
-    "peak_rss_mb": {"sft": 14500.0},
+    "peak_rss_mb": {"sft": 14.5 * 1024},
     "wall_s": {"collect": 212.0, "annotate": 0.0, "sft": 1143.0, "rl": 1599.0, "eval": 154.0},
-    "total_wall_s": 3120.0,
-    "max_rss_mb": 14500.0,
+    "total_wall_s": 52 * 60.0,
+    "max_rss_mb": 14.5 * 1024,
 }
 
 _START = re.compile(r"stage (\w+): start")
