@@ -54,7 +54,7 @@ def stage_sentence(stage: str, s: Mapping, config) -> str:
         nll = ""
         if s.get("heldout_nll_before") is not None and s.get("heldout_nll_after") is not None:
             nll = f"; held-out skill NLL {s['heldout_nll_before']:.2f} -> {s['heldout_nll_after']:.2f} nats/token"
-        return f"fine-tuned the policy on {what} ({s.get('steps', '?')} steps){nll}"
+        return f"fine-tuned the policy in {s.get('steps', '?')} steps on {what}{nll}"
     if stage == "rl":
         first = (f"first update success {_f(s.get('first/rollout/success_rate'))}, valid actions "
                  f"{_pct(1 - s.get('first/rollout/invalid_rate', 0.0))}; ") if "first/rollout/success_rate" in s else ""
