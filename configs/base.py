@@ -155,7 +155,8 @@ def apply_local(c: ml_collections.ConfigDict, *, stage1_tasks: int, max_steps: i
     teaches the policy the skill format, and in stage 2 the policy writes its own skills (docs/METHOD.md §8.16).
     ``format_warmup_tasks``: scripted acting turns in the SFT (docs/METHOD.md §2.4). Every
     training step rematerialises the decoder layers (``model.remat``): the residuals of 30
-    unrematerialised layers take several GB at these lengths.
+    unrematerialised layers take several GB at these lengths; an SFT batch is one micro-batch
+    (no parameter-sized gradient accumulator beside the gradients).
     """
     _small_run(c, stage1_tasks=stage1_tasks, sft_epochs=2, answer_tokens=96, analysis_tokens=96,
                analysis_prompt_tokens=analysis_prompt_tokens, group_size=4, max_steps=max_steps,
@@ -165,6 +166,7 @@ def apply_local(c: ml_collections.ConfigDict, *, stage1_tasks: int, max_steps: i
     c.stage1.format_warmup_tasks = format_warmup_tasks
     c.analysis.batch_size = 16
     c.model.remat = True
+    c.stage1.sft_micro_batch_size = c.stage1.sft_batch_size  # one micro-batch: no gradient-accumulation buffer
     c.rl.audit_gates = False  # a diagnostic (one more teacher forward per update) the demonstration can spare
 
 

@@ -53,8 +53,9 @@ from seed_jax.pipeline.run import (
     stage_plan,
     write_config,
 )
-from seed_jax.pipeline.summary import describe_run, peak_rss_mb
+from seed_jax.pipeline.summary import describe_run
 from seed_jax.pipeline.validate import STAGES, ConfigValueError, check_inputs, check_retriever, validate
+from seed_jax.procmem import limit_malloc_arenas, peak_rss_mb
 from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
 
 __doc__ = __doc__.replace("{methods}", ", ".join(METHODS))
@@ -202,6 +203,7 @@ def config_preset(spec: str) -> str:
 
 
 def main(argv):
+    limit_malloc_arenas()  # before JAX's thread pools exist: freed buffers stay in fewer arenas
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]} (flags are --name=value)", file=sys.stderr)
         sys.exit(2)

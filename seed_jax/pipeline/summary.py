@@ -2,28 +2,20 @@
 
 `describe_run` turns the stage summaries `seed_jax.launch.run_pipeline` collects (each stage's
 marker: the dict its stage function returned plus ``wall_s`` and ``peak_rss_mb``) into the text
-printed at the end of a run and written to ``<workdir>/summary.md``. `peak_rss_mb` reads the
-process's resident-memory high-water mark from the kernel.
+printed at the end of a run and written to ``<workdir>/summary.md``.
 """
 
 from __future__ import annotations
 
-import resource
-import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+from seed_jax.procmem import peak_rss_mb
 
 # what each stage does, and where its files are (relative to the run directory)
 STAGE_FILES = {"collect": "stage1/trajectories.jsonl", "annotate": "stage1/sft.jsonl, stage1/sft_heldout.jsonl",
                "sft": "sft/model/", "rl": "rl/final_model/, rl/ckpt/, metrics.jsonl, skills.jsonl",
                "eval": "eval/results.md, eval/*.trajectories.jsonl"}
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size so far, MiB (``getrusage(RUSAGE_SELF).ru_maxrss``:
-    KiB on Linux, bytes on macOS)."""
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kb / 2**20 if sys.platform == "darwin" else kb / 1024
 
 
 def _pct(x) -> str:
