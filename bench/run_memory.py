@@ -78,6 +78,16 @@ def measure(cmd: list[str], interval: float, log_file: Path) -> dict:
     state = {"stage": "startup"}
     peaks: dict[str, int] = {}
     walls: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    cpu_at_start: dict[str, float] = {}
+
+    def cpu_seconds() -> float:
+        try:
+            t = proc.cpu_times()
+            return t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            return float("nan")
+
     done = threading.Event()
 
     def sample():
@@ -95,15 +105,18 @@ def measure(cmd: list[str], interval: float, log_file: Path) -> dict:
             log.flush()
             if m := _START.search(line):
                 state["stage"] = m.group(1)
+                cpu_at_start[m.group(1)] = cpu_seconds()
             elif m := _DONE.search(line):
                 walls[m.group(1)] = float(m.group(2))
+                cpu[m.group(1)] = cpu_seconds() - cpu_at_start.get(m.group(1), float("nan"))
                 state["stage"] = "between"
     rc = child.wait()
     done.set()
     sampler.join()
-    max_rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # Linux: KiB
-    return {"peak_rss_mb": {k: v / 2**20 for k, v in peaks.items()}, "wall_s": walls,
-            "total_wall_s": time.time() - t0, "max_rss_mb": max_rss_kb / 1024, "rc": rc}
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"peak_rss_mb": {k: v / 2**20 for k, v in peaks.items()}, "wall_s": walls, "cpu_s": cpu,
+            "total_wall_s": time.time() - t0, "max_rss_mb": usage.ru_maxrss / 1024,  # Linux: KiB
+            "total_cpu_s": usage.ru_utime + usage.ru_stime, "rc": rc}
 
 
 def table(now: dict, ref: dict, label: str) -> str:
@@ -113,16 +126,18 @@ def table(now: dict, ref: dict, label: str) -> str:
         return fmt.format(v) if v is not None else "-"
 
     rows = [f"| stage | peak RSS MB ({label}) | peak RSS MB ({ref.get('label', 'reference')}) "
-            f"| wall s ({label}) | wall s ({ref.get('label', 'reference')}) |", "|---|---|---|---|---|"]
+            f"| wall s ({label}) | wall s ({ref.get('label', 'reference')}) | CPU s ({label}) |",
+            "|---|---|---|---|---|---|"]
     stages = [s for s in ("startup", *STAGES) if s in now["peak_rss_mb"] or s in now["wall_s"]
               or s in ref.get("wall_s", {})]
     for s in stages:
         rows.append(f"| {s} | {cell(now, 'peak_rss_mb', s, '{:.0f}')} | {cell(ref, 'peak_rss_mb', s, '{:.0f}')} "
-                    f"| {cell(now, 'wall_s', s, '{:.1f}')} | {cell(ref, 'wall_s', s, '{:.1f}')} |")
+                    f"| {cell(now, 'wall_s', s, '{:.1f}')} | {cell(ref, 'wall_s', s, '{:.1f}')} "
+                    f"| {cell(now, 'cpu_s', s, '{:.0f}')} |")
     fmt = lambda d, k, f: f.format(d[k]) if d.get(k) is not None else "-"  # noqa: E731
     rows.append(f"| whole run (max RSS, kernel) | {fmt(now, 'max_rss_mb', '{:.0f}')} | "
                 f"{fmt(ref, 'max_rss_mb', '{:.0f}')} | {fmt(now, 'total_wall_s', '{:.1f}')} | "
-                f"{fmt(ref, 'total_wall_s', '{:.1f}')} |")
+                f"{fmt(ref, 'total_wall_s', '{:.1f}')} | {fmt(now, 'total_cpu_s', '{:.0f}')} |")
     return "\n".join(rows)
 
 
