@@ -3,7 +3,8 @@
 Presets (``--config=configs/search.py:PRESET``):
 
 - ``local`` (default): the embedded SmolLM2-135M-Instruct on a 2-core CPU, no network, small
-  groups and few updates: the whole method end to end in tens of minutes.
+  groups and two RL updates: the whole method end to end in under half an hour and 4 GB (a
+  demonstration of the machinery, not a training run).
 - ``paper``: the recipe of the paper (docs/METHOD.md §6) at the paper's scale (`PAPER_SCALE`: ZeRO-3
   sharding over each host's devices, bfloat16 compute, remat); needs ``model.path`` (a local HF
   directory such as Qwen2.5-3B-Instruct) and, for search, a retriever URL.
@@ -82,6 +83,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.stage1.sft_micro_batch_size = 8
     c.stage1.heldout_fraction = 0.1
     c.stage1.max_answer_tokens = 512
+    c.stage1.format_warmup_tasks = 0  # >0: SFT also on the env's scripted acting turns for this many train tasks
 
     c.analysis = ml_collections.ConfigDict()
     c.analysis.analyzer = "self"  # self (the policy, docs/METHOD.md §3.1) | heuristic (model-free template: smoke tests)
@@ -170,18 +172,30 @@ def with_preset(c: ml_collections.ConfigDict, preset: str, *, local: Mapping[str
 
 
 def apply_local(c: ml_collections.ConfigDict, *, stage1_tasks: int, max_steps: int, prompt_tokens: int,
-                analysis_prompt_tokens: int, eval_tasks: int) -> None:
-    """The laptop-CPU scale shared by every benchmark's ``local`` preset (embedded SmolLM2-135M).
+                analysis_prompt_tokens: int, eval_tasks: int, response_tokens: int = 48,
+                format_warmup_tasks: int = 0) -> None:
+    """The laptop-CPU scale shared by every benchmark's ``local`` preset (embedded SmolLM2-135M):
+    a demonstration of the whole method on a 2-core CPU in under half an hour and 4 GB of memory,
+    not a training run (two RL updates of two tasks).
 
     Stage 1 has no external annotator offline and SmolLM2-135M cannot yet write the JSON skill
     itself, so the model-free template analyzer plays the annotator's role: stage-1 SFT then
     teaches the policy the skill format, and in stage 2 the policy writes its own skills (docs/METHOD.md §8.16).
+    ``format_warmup_tasks``: scripted acting turns in the SFT (docs/METHOD.md §2.4). Every
+    training step rematerialises the decoder layers (``model.remat``): the residuals of 30
+    unrematerialised layers take several GB at these lengths; an SFT batch is one micro-batch
+    (no parameter-sized gradient accumulator beside the gradients).
     """
     _small_run(c, stage1_tasks=stage1_tasks, sft_epochs=2, answer_tokens=96, analysis_tokens=96,
                analysis_prompt_tokens=analysis_prompt_tokens, group_size=4, max_steps=max_steps,
-               prompt_tokens=prompt_tokens, response_tokens=48, mini_batch_size=32, eval_tasks=eval_tasks)
+               prompt_tokens=prompt_tokens, response_tokens=response_tokens, mini_batch_size=32,
+               eval_tasks=eval_tasks)
     c.stage1.sft_lr = 5e-5
+    c.stage1.format_warmup_tasks = format_warmup_tasks
     c.analysis.batch_size = 16
+    c.model.remat = "full"
+    c.stage1.sft_micro_batch_size = c.stage1.sft_batch_size  # one micro-batch: no gradient-accumulation buffer
+    c.rl.audit_gates = False  # a diagnostic (one more teacher forward per update) the demonstration can spare
 
 
 def apply_tiny(c: ml_collections.ConfigDict) -> None:

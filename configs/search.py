@@ -24,11 +24,15 @@ def get_config(preset: str = "local"):
     c.train.c_ent = 0.0
     return with_preset(
         c, preset,
-        local=dict(stage1_tasks=8, max_steps=3, prompt_tokens=512, analysis_prompt_tokens=768, eval_tasks=8),
+        # the 135M policy needs the format warm-up (docs/METHOD.md §2.4) and room for a <think> and a
+        # question-long query; two turns (search, then answer) as the warm-up shows; evaluation
+        # takes the whole vendored held-out split (20 questions)
+        local=dict(stage1_tasks=8, max_steps=2, prompt_tokens=512, analysis_prompt_tokens=512, eval_tasks=20,
+                   response_tokens=64, format_warmup_tasks=16),
         # the paper trains on Search-R1's NQ + HotpotQA data and evaluates on seven QA test sets:
         # their files are required (env.data_dir), never the vendored sample
         paper={"env.retriever": "http", "env.retriever_url": "http://127.0.0.1:8000/retrieve",
                "env.vendored_data": False, "env.eval_splits": SEARCH_R1_EVAL_SPLITS,
                "stage1.num_tasks": 180, "rl.tasks_per_update": 128, "rl.mini_batch_size": 512,
                "train.schedule": "warmup_constant", "train.warmup_updates": 15},  # warm-up: 10% of 150 updates
-        tiny={"rollout.max_steps": 2})
+        tiny={"rollout.max_steps": 2, "stage1.format_warmup_tasks": 2})

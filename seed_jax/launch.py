@@ -56,7 +56,9 @@ from seed_jax.pipeline.run import (
     write_config,
 )
 from seed_jax.pipeline.runtime import setup_xla
+from seed_jax.pipeline.summary import describe_run
 from seed_jax.pipeline.validate import STAGES, ConfigValueError, check_inputs, check_retriever, validate
+from seed_jax.procmem import limit_malloc_arenas, peak_rss_mb
 from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
 
 __doc__ = __doc__.replace("{methods}", ", ".join(METHODS))
@@ -146,7 +148,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         else:
             summary = actions[stage]()
         barrier(f"stage-{stage}")
-        summary = {**summary, "wall_s": round(time.time() - t0, 1)}
+        summary = {**summary, "wall_s": round(time.time() - t0, 1), "peak_rss_mb": round(peak_rss_mb(), 1)}
         if stage == "rl":
             summary["num_updates"] = config.rl.num_updates  # a raised rl.num_updates reopens the stage
         run.mark_done(stage, summary)
@@ -154,9 +156,11 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         out[stage] = summary
     run.close()
     if jax.process_index() == 0:
-        print(f"run directory: {run.workdir}")
         if (run.workdir / "eval" / "results.md").exists():
             print((run.workdir / "eval" / "results.md").read_text())
+        text = describe_run(config, out, run.workdir, preset)
+        (run.workdir / "summary.md").write_text(text + "\n")
+        print(text)
     return out
 
 
@@ -244,6 +248,7 @@ def config_preset(spec: str) -> str:
 
 
 def main(argv):
+    limit_malloc_arenas()  # before JAX's thread pools exist: freed buffers stay in fewer arenas
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]} (flags are --name=value)", file=sys.stderr)
         sys.exit(2)

@@ -34,6 +34,7 @@ import dataclasses
 import math
 import os
 import random
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -396,9 +397,15 @@ class Timer:
 
 
 def progress_enabled(requested: bool = True) -> bool:
-    """Whether to draw a progress bar: ``requested`` unless the environment variable
-    ``TQDM_DISABLE`` is set to a non-empty value other than 0 (for logs written to files)."""
-    return requested and os.environ.get("TQDM_DISABLE", "") in ("", "0")
+    """Whether to draw a progress bar: ``requested``, and then the environment variable
+    ``TQDM_DISABLE`` decides when set (``1``: never, ``0``: always); unset, bars are drawn only
+    when stderr is a terminal, so logs written to files get no bar updates."""
+    if not requested:
+        return False
+    flag = os.environ.get("TQDM_DISABLE", "")
+    if flag:
+        return flag == "0"
+    return sys.stderr.isatty()
 
 
 class StageProgress:

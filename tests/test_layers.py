@@ -46,6 +46,7 @@ LAYERS = {
     "seed_jax.buckets": 0,  # static-shape buckets (pure integers), used from models up
     "seed_jax.jsonl": 0,  # crash-safe jsonl records (standard library only)
     "seed_jax.lenient_json": 0,  # the tolerant JSON reader of analyzer answers (standard library only)
+    "seed_jax.procmem": 0,  # process memory: peak RSS, malloc arenas (standard library only)
     "seed_jax.train": 1,
     "seed_jax.rollout": 2,
     "seed_jax.sampling": 2,

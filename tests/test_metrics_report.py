@@ -248,7 +248,7 @@ def test_timer_accumulates(monkeypatch):
 
 
 def test_stage_progress_eta(monkeypatch):
-    monkeypatch.delenv("TQDM_DISABLE", raising=False)  # the bar must draw for this test
+    monkeypatch.setenv("TQDM_DISABLE", "0")  # the bar must draw for this test (stderr is no terminal here)
     clock = FakeClock()
     monkeypatch.setattr(M.time, "perf_counter", clock)
     buf = io.StringIO()
@@ -412,13 +412,16 @@ def test_report_cli_module(tmp_path):
     assert r.returncode == 2 and "nothing to report" in r.stderr
 
 
-@pytest.mark.parametrize("value,requested,expected", [
-    ("", True, True), ("0", True, True), ("1", True, False), ("True", True, False), ("", False, False),
+@pytest.mark.parametrize("value,tty,requested,expected", [
+    ("", True, True, True), ("", False, True, False), ("0", False, True, True), ("1", True, True, False),
+    ("True", True, True, False), ("", True, False, False), ("0", True, False, False),
 ])
-def test_progress_enabled_follows_tqdm_disable(monkeypatch, value, requested, expected):
+def test_progress_enabled_follows_tqdm_disable_and_tty(monkeypatch, value, tty, requested, expected):
+    """TQDM_DISABLE decides when set (1: off, 0: on); unset, bars draw only on a terminal."""
     from seed_jax.metrics import StageProgress, progress_enabled
 
     monkeypatch.setenv("TQDM_DISABLE", value)
+    monkeypatch.setattr(M.sys.stderr, "isatty", lambda: tty, raising=False)
     assert progress_enabled(requested) is expected
     with StageProgress(3, "x", disable=not requested) as bar:
         assert bar._bar.disable is (not expected)

@@ -68,6 +68,11 @@ def test_tiny_pipeline_runs_every_stage(env, tmp_path):
         assert gated == {k for k, v in rec.skills.items() if v}
     gates = [json.loads(line) for line in (tmp_path / "step_gates.jsonl").read_text().splitlines()]
     assert len(gates) == sum(len(r.step_gates) for r in records)
+    # the summary names every stage; the search preset's format warm-up joined the SFT
+    summary = (tmp_path / "summary.md").read_text()
+    assert all(f"- {stage} (" in summary for stage in out) and "peak resident memory" in summary
+    assert out["sft"]["format_demonstrations"] == (2 * config.stage1.format_warmup_tasks if env == "search" else 0)
+    assert out["sft"]["steps"] > 0 and out["sft"]["peak_rss_mb"] > 0
     # a second launch on the same workdir redoes nothing
     again = run_pipeline(_config(env), tmp_path)
     assert again == out

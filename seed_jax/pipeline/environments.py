@@ -2,8 +2,9 @@
 
 One `Benchmark` per environment name binds the env's spec (penalty, step limit, success
 threshold), the stop strings of its action tags, a picklable env factory for the worker pool,
-a task loader per split and, where the env has one, its scripted expert analysis of a
-trajectory. Only this file knows the env packages' constructors.
+a task loader per split and, where the env has them, its scripted expert analysis of a
+trajectory and its scripted demonstrations of the action format. Only this file knows the env
+packages' constructors.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from envs.search import (
     make_search_env,
     search_r1_files,
 )
+from envs.search.demos import demonstration as search_demonstration
 from envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
 from seed_jax.rollout.pool import EnvFactory
 from seed_jax.rollout.trajectory import Trajectory
 
 ScriptedAnswer = Callable[[Trajectory], str]
+Demonstrate = Callable[[list[dict]], list[tuple[str, str]]]
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -46,6 +49,9 @@ class Benchmark:
     # the JSON text of the env's expert analysis of one trajectory (None: the env has none);
     # the 'scripted' analyzer of `seed_jax.pipeline.analyzers` parses it
     scripted_answer: ScriptedAnswer | None = None
+    # scripted (prompt, response) turns in the env's action format for the given training tasks
+    # (None: the env has none); stage-1 SFT's format warm-up (``stage1.format_warmup_tasks``)
+    demonstrations: Demonstrate | None = None
 
     def tasks(self, split: str, limit: int | None = None, seed: int = 0) -> list[dict]:
         """Tasks of a split; ``limit`` takes a seeded random subset (stable order)."""
@@ -127,8 +133,12 @@ def _search(env_cfg) -> Benchmark:
             return default[:-n_eval] if split == "train" else default[-n_eval:]
         raise ValueError(f"search: {missing_search_data(env_cfg, (split,))}")
 
+    def demonstrate(tasks: list[dict]) -> list[tuple[str, str]]:
+        env = factory(0)
+        return [turn for task in tasks for turn in search_demonstration(env, task)]
+
     return Benchmark("search", SEARCH_SPEC, ("</search>", "</answer>"), factory, load, "train",
-                     tuple(env_cfg.get("eval_splits", ("hotpotqa",))))
+                     tuple(env_cfg.get("eval_splits", ("hotpotqa",))), demonstrations=demonstrate)
 
 
 def _alfworld(env_cfg) -> Benchmark:

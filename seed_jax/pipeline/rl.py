@@ -13,7 +13,8 @@ Per update ``u`` (everything seeded by ``(config.seed, u)``, so a resumed run re
    each (`seed_jax.pipeline.ppo.ppo_epochs`);
 6. an `UpdateRecord` for every callback: the run's own writers (metrics.jsonl + TensorBoard,
    skills.jsonl, step_gates.jsonl, rl/transcripts.jsonl) come first, then the caller's; then the checkpoint every
-   ``rl.checkpoint_every`` updates and the in-training evaluation every ``rl.eval_every``.
+   ``rl.checkpoint_every`` updates and the in-training evaluation every ``rl.eval_every``;
+7. one plain log line (`update_log_line`: success, return, OPD gate, KL, entropy, time split, ETA).
 """
 
 from __future__ import annotations
@@ -120,6 +121,41 @@ def skill_log_writer(run: Run) -> RLCallback:
     return write
 
 
+def update_log_line(rec: UpdateRecord, total: int, eta_s: float | None) -> str:
+    """One plain log line per RL update (readable in a log file, no terminal needed)::
+
+        RL update 3/10: success 0.25 return 0.12 invalid 0.30 | OPD gate 0.45 active 0.60 | KL 0.0012
+        entropy 1.23 | time rollout 31s analysis 20s batch 9s train 40s | ETA 5m12s
+
+    A figure the update did not produce (no OPD for GRPO, no KL when ``c_kl = 0``) is left out.
+    """
+    m = rec.metrics
+    parts = [f"RL update {rec.update + 1}/{total}:"]
+    parts += [f"{name} {m[key]:.2f}" for name, key in (
+        ("success", "rollout/success_rate"), ("return", "rollout/return"), ("invalid", "rollout/invalid_rate"))
+        if key in m]
+    if "analysis/parse_rate" in m:
+        parts.append(f"skills parsed {m['analysis/parse_rate']:.2f}")
+    if "train/gate_mean" in m:
+        parts.append(f"| OPD gate {m['train/gate_mean']:.2f} active {m.get('train/active_share', float('nan')):.2f}")
+    parts.append("|")
+    parts += [f"{name} {m[key]:.4g}" for name, key in (("KL", "train/kl"), ("entropy", "train/entropy"),
+                                                         ("loss", "train/loss")) if key in m]
+    times = [f"{k.split('/', 1)[1]} {v:.0f}s" for k, v in m.items() if k.startswith("time/")]
+    if times:
+        parts.append("| time " + " ".join(times))
+    parts.append(f"| ETA {format_seconds(eta_s)}" if eta_s is not None else "| ETA -")
+    return " ".join(parts)
+
+
+def format_seconds(s: float) -> str:
+    """``3h05m``, ``5m12s`` or ``42s``."""
+    s = int(round(s))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
 def step_gate_writer(run: Run) -> RLCallback:
     """step_gates.jsonl: the gate of every step-sample with a skill (host 0 only)."""
 
@@ -200,7 +236,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     train_step = make_train_step(cfg, tc, mesh)
     callbacks = [metrics_writer(run), skill_log_writer(run), step_gate_writer(run), TranscriptWriter(run), *callbacks]
     bar = StageProgress(c.rl.num_updates, "RL updates", unit="update", initial=start)
-    last = {}
+    first, last = {}, {}
     with make_pool(c, run.bench) as pool:
         for u in range(start, c.rl.num_updates):
             timer = Timer()
@@ -243,13 +279,17 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
             if c.rl.eval_every and (u + 1) % c.rl.eval_every == 0 and u + 1 < c.rl.num_updates:
                 evaluate_params(run, model, tok, state.params, tag=f"rl_{u + 1:06d}", step=u + 1, bank=bank)
             bar.update(1, success=f"{out['rollout/success_rate']:.2f}", loss=f"{metrics.get('loss', float('nan')):.3f}")
+            log.info("%s", update_log_line(record, c.rl.num_updates, bar.eta_seconds()))
+            first = first or out
             last = out
     bar.close()
     ckpt.close()
     final = dataclasses.replace(model, params=jax.device_get(host_local_params(state.params)), source="rl")
     if jax.process_index() == 0:
         save_policy(final, tok, run.workdir / "rl" / "final_model")
-    return {k: float(v) for k, v in last.items()}
+    # the last update's row, and the rollout figures of this launch's first update (``first/``)
+    return {**{k: float(v) for k, v in last.items()},
+            **{f"first/{k}": float(v) for k, v in first.items() if k.startswith("rollout/")}}
 
 
 def update_metrics(trajs, analysis, train_metrics: dict, timer: Timer) -> dict[str, float]:

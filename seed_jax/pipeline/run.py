@@ -14,6 +14,7 @@ Layout of ``workdir``::
     rl/transcripts.jsonl        a sample of each update's trajectories in full (rl.transcripts_per_update)
     metrics.jsonl, tb/, skills.jsonl, step_gates.jsonl
     wandb_run_id, wandb/        the Weights & Biases run of this directory (tracking.wandb)
+    summary.md                  the end-of-run summary in plain words (`seed_jax.pipeline.summary`)
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Stage 1 (docs/METHOD.md §2): collect base-policy trajectories, annotate them, SFT the analyzer role."""
+"""Stage 1 (docs/METHOD.md §2): collect base-policy trajectories, annotate them, SFT the analyzer role
+(plus, with ``stage1.format_warmup_tasks``, the env's scripted demonstrations of the acting format)."""
 
 from __future__ import annotations
 
@@ -129,28 +130,67 @@ def heldout_nll(params, model_cfg, records, encode_prompt, tokenizer, c) -> floa
     return total / count if count else None
 
 
+@dataclasses.dataclass(frozen=True)
+class Demonstration:
+    """One scripted acting turn: the env's prompt and a well-formed response (`Benchmark.demonstrations`)."""
+
+    prompt: str
+    answer: str
+    turn: int  # 0-based turn of the scripted episode
+
+
+def format_demonstrations(run: Run) -> list[Demonstration]:
+    """The format warm-up's SFT examples: the env's scripted turns on ``stage1.format_warmup_tasks``
+    training tasks (a seeded sample); [] when 0 or the env has no demonstrations."""
+    c = run.config
+    n = c.stage1.format_warmup_tasks
+    if n <= 0 or run.bench.demonstrations is None:
+        return []
+    tasks = run.bench.tasks(run.bench.train_split, limit=n, seed=c.seed + 1)
+    return [Demonstration(p, a, t) for task in tasks for t, (p, a) in enumerate(run.bench.demonstrations([task]))]
+
+
+def sft_epoch_batches(groups, encode_prompt, tokenizer, batch_size: int, seed: int, epoch: int) -> list:
+    """One epoch's batches over several record groups, each group padded to its own shapes
+    (`sft_batches`; ``groups``: ``(records, max_prompt_tokens, max_answer_tokens)``), the batches
+    of all groups in a seeded order."""
+    batches = [b for records, p_max, a_max in groups
+               for b in sft_batches(records, encode_prompt, tokenizer, p_max, a_max, batch_size, seed, epoch)]
+    random.Random(f"{seed}:{epoch}:groups").shuffle(batches)
+    return batches
+
+
 def sft(run: Run, mesh) -> dict:
+    """SFT on the accepted skill records (the analyzer role) and the format demonstrations."""
     c = run.config
     if not run.switches.sft:
         return {"skipped": f"method {c.method} has no stage-1 SFT"}
     model, tok = load_policy(c)
     records = read_skill_records(run.path("stage1", "sft.jsonl"))
     held = read_skill_records(run.path("stage1", "sft_heldout.jsonl"))
+    demos = format_demonstrations(run)
     encode = make_prompt_encoder(tok)
-    summary = {"records": len(records)}
+    summary = {"records": len(records), "format_demonstrations": len(demos)}
+    # skill records, then the demonstrations turn by turn (each turn's prompts have similar lengths)
+    turns = sorted({d.turn for d in demos})
+    groups = [(g, p_max, a_max) for g, p_max, a_max in (
+        (records, c.analysis.max_prompt_tokens, c.stage1.max_answer_tokens),
+        *(([d for d in demos if d.turn == t], c.rollout.max_prompt_tokens, c.rollout.max_response_tokens)
+          for t in turns)) if g]
     if not records:
-        log.warning("stage-1 SFT: no accepted skill records; the SFT policy is the base policy")
-    else:
+        log.warning("stage-1 SFT: no accepted skill records%s", "" if demos else "; the SFT policy is the base policy")
+    if groups:
         tc = sft_train_config(c)
         summary["heldout_nll_before"] = heldout_nll(model.params, model.config, held, encode, tok, c)
         state = create_sharded_state(model.params, tc, mesh, rng=c.seed)
+        model = dataclasses.replace(model, params=None)  # the state holds its own copy: free the loaded one
         step = make_sft_step(model.config, tc, mesh)
-        n_batches = -(-len(records) // c.stage1.sft_batch_size)
+        bs = c.stage1.sft_batch_size
+        n_batches = sum(-(-len(g) // bs) for g, _, _ in groups)
         bar = StageProgress(n_batches * c.stage1.sft_epochs, "stage-1 SFT", unit="batch")
         i = 0
         for epoch in range(c.stage1.sft_epochs):
-            for batch in sft_batches(records, encode, tok, c.analysis.max_prompt_tokens, c.stage1.max_answer_tokens,
-                                     c.stage1.sft_batch_size, c.seed, epoch):
+            for batch in sft_epoch_batches(groups, encode, tok, bs, c.seed, epoch):
                 # on several hosts every host feeds the same rows: duplicated rows leave every
                 # token mean (and so the update) exactly as on one host
                 state, m = step(state, to_global(batch, mesh))
@@ -161,6 +201,7 @@ def sft(run: Run, mesh) -> dict:
         bar.close()
         model = dataclasses.replace(model, params=host_local_params(state.params), source="sft")
         summary["final_loss"] = m["loss"]
+        summary["steps"] = i
         summary["heldout_nll_after"] = heldout_nll(model.params, model.config, held, encode, tok, c)
     if jax.process_index() == 0:
         save_policy(model, tok, run.workdir / "sft" / "model")

@@ -50,8 +50,8 @@ def validate(config, hosts: int = 1) -> None:
     for key in positive:
         if _get(config, key) < 1:
             bad(key, "must be >= 1")
-    for key in ("rl.num_updates", "stage1.sft_epochs", "eval.num_tasks", "rl.eval_every", "env.num_workers",
-                "train.warmup_updates", "rl.transcripts_per_update"):
+    for key in ("rl.num_updates", "stage1.sft_epochs", "stage1.format_warmup_tasks", "eval.num_tasks", "rl.eval_every",
+                "env.num_workers", "train.warmup_updates", "rl.transcripts_per_update"):
         if _get(config, key) < 0:
             bad(key, "must be >= 0")
     for key in ("rollout.temperature", "stage1.temperature", "eval.temperature"):
