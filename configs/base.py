@@ -6,7 +6,7 @@ Presets (``--config=configs/search.py:PRESET``):
   groups and two RL updates: the whole method end to end in under half an hour and 4 GB (a
   demonstration of the machinery, not a training run).
 - ``paper``: the recipe of the paper (docs/METHOD.md §6) at the paper's scale (`PAPER_SCALE`: ZeRO-3
-  sharding over each host's devices, bfloat16 compute, remat); needs ``model.path`` (a local HF
+  sharding over each fast-interconnect domain: a TPU slice, a GPU node, bfloat16 compute, remat); needs ``model.path`` (a local HF
   directory such as Qwen2.5-3B-Instruct) and, for search, a retriever URL.
 - ``tiny``: a tiny random model (embedded tokenizer) for end-to-end tests.
 
@@ -121,7 +121,7 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1  # -1 = all remaining devices
-    c.mesh.fsdp = 1  # -1 = each host's devices (ZeRO-3 within a host, data parallel across hosts)
+    c.mesh.fsdp = 1  # -1 = one interconnect domain: a TPU slice or one GPU node's devices (mesh.auto_fsdp)
     c.mesh.tensor = 1
 
     c.xla = ml_collections.ConfigDict()

@@ -19,7 +19,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from seed_jax.train.config import TrainConfig
-from seed_jax.train.mesh import fit_spec, make_mesh, maybe_initialize_distributed, path_string, spec_for
+from seed_jax.train.mesh import auto_fsdp, fit_spec, make_mesh, maybe_initialize_distributed, path_string, spec_for
 from seed_jax.train.state import create_sharded_state
 from seed_jax.train.step import make_train_step
 from seed_jax.train.synthetic import random_params, synthetic_seed_batch, tiny_config
@@ -191,3 +191,18 @@ def test_distributed_init_follows_the_environment(env, call, monkeypatch):
 
 if __name__ == "__main__":
     worker(sys.argv[1])
+
+
+def _devices(platform: str, n: int, slices: int = 1):
+    return [types.SimpleNamespace(platform=platform, id=i, slice_index=i * slices // n) for i in range(n)]
+
+
+@pytest.mark.parametrize("platform, n, slices, tensor, hosts, want", [
+    ("tpu", 16, 1, 1, 4, 16),  # v5e-16: four hosts, one ICI slice -> ZeRO-3 over all 16 chips
+    ("tpu", 64, 2, 1, 16, 32),  # two slices joined by DCN: one slice each
+    ("tpu", 16, 1, 2, 4, 8),  # tensor=2 takes its share of the slice
+    ("gpu", 16, 1, 1, 2, 8),  # two 8-GPU nodes: NVLink within a node, data parallel across
+    ("cpu", 8, 1, 1, 1, 8),
+])
+def test_auto_fsdp_is_one_interconnect_domain(platform, n, slices, tensor, hosts, want):
+    assert auto_fsdp(_devices(platform, n, slices), tensor, hosts) == want

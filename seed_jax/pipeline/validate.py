@@ -114,7 +114,7 @@ def validate(config, hosts: int = 1) -> None:
     if config.mesh.tensor < 1:
         bad("mesh.tensor", "must be >= 1")
     if config.mesh.fsdp == 0 or config.mesh.fsdp < -1:
-        bad("mesh.fsdp", "must be -1 (each host's devices) or >= 1")
+        bad("mesh.fsdp", "must be -1 (a TPU slice or one host's devices) or >= 1")
     if config.mesh.data == 0 or config.mesh.data < -1:
         bad("mesh.data", "must be -1 (all devices) or >= 1")
     # the train-step settings are checked by TrainConfig itself, with its own field names

@@ -31,7 +31,7 @@ from seed_jax.pipeline.runtime import random_model_config
 from seed_jax.plan import hlo
 from seed_jax.plan.programs import PlanConfigError, Program, run_programs
 from seed_jax.plan.targets import Target
-from seed_jax.train.mesh import make_mesh
+from seed_jax.train.mesh import auto_fsdp, make_mesh
 
 HEADROOM = 0.05
 GB = 1e9
@@ -186,11 +186,11 @@ def target_hosts(target: Target) -> int:
 
 def target_mesh(config, target: Target):
     """The run's ``(data, fsdp, tensor)`` mesh over the target's devices (`make_mesh`), as each of
-    the target's hosts would build it (``mesh.fsdp = -1``: each host's devices)."""
+    the target's hosts would build it (``mesh.fsdp = -1``: `mesh.auto_fsdp`)."""
     m = config.mesh
     fsdp = m.fsdp
     if fsdp == -1:
-        fsdp = max(1, target.num_devices // target_hosts(target) // m.tensor)
+        fsdp = auto_fsdp(list(target.devices), m.tensor, target_hosts(target))
     try:
         return make_mesh(None if m.data == -1 else m.data, fsdp, m.tensor, devices=list(target.devices))
     except ValueError as e:

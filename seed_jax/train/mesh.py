@@ -44,15 +44,29 @@ PARAM_RULES: tuple[tuple[str, P], ...] = (
 )
 
 
+def auto_fsdp(devices: Sequence[jax.Device], tensor: int, hosts: int) -> int:
+    """The 'fsdp' size of ``mesh.fsdp = -1``: the devices one fast interconnect joins, over
+    ``tensor``. TPU: a whole slice (ICI spans the slice's hosts; several slices, i.e. DCN between
+    them, count the devices of one ``slice_index``); GPU / CPU: one host's devices (NVLink
+    within a node, data parallel across nodes)."""
+    n = len(devices)
+    if devices and devices[0].platform == "tpu":
+        slices = {getattr(d, "slice_index", 0) for d in devices}
+        per_domain = n // max(1, len(slices))
+    else:
+        per_domain = n // max(1, hosts)
+    return max(1, per_domain // tensor)
+
+
 def make_mesh(data: int | None = None, fsdp: int = 1, tensor: int = 1,
               devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A ``(data, fsdp, tensor)`` mesh; ``data=None`` (or -1) puts all remaining devices on
-    'data'; ``fsdp=-1`` puts each host's devices (over ``tensor``) on 'fsdp' (ZeRO-3 within a
-    host, data parallel across hosts)."""
+    'data'; ``fsdp=-1`` puts the devices of one fast-interconnect domain (over ``tensor``) on
+    'fsdp' (`auto_fsdp`: ZeRO-3 within it, data parallel across them)."""
     devices = list(devices if devices is not None else jax.devices())
     n = len(devices)
     if fsdp == -1:
-        fsdp = max(1, n // max(1, jax.process_count()) // tensor)
+        fsdp = auto_fsdp(devices, tensor, jax.process_count())
     if data == -1:
         data = None
     if fsdp < 1 or tensor < 1 or n % (fsdp * tensor):
