@@ -129,8 +129,8 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
-# The train-side settings of every ``paper`` preset: parameters sharded ZeRO-3 style over each
-# host's accelerators, bfloat16 compute on float32 master weights, each block rematerialised
+# The train-side settings of every ``paper`` preset: parameters sharded ZeRO-3 style over one
+# interconnect domain (a TPU slice, a GPU node: `mesh.auto_fsdp`), bfloat16 compute on float32 master weights, each block rematerialised
 # except its attention projections, fused attention (cuDNN on GPU), 16-row micro-batches
 # (2 rows per device on 8 GPUs, 1 on a 16-chip TPU slice).
 PAPER_SCALE = {"model.dtype": "bfloat16", "model.param_dtype": "float32", "model.remat": "save_dots_except_mlp",

@@ -34,5 +34,7 @@ def get_config(preset: str = "local"):
         paper={"env.retriever": "http", "env.retriever_url": "http://127.0.0.1:8000/retrieve",
                "env.vendored_data": False, "env.eval_splits": SEARCH_R1_EVAL_SPLITS,
                "stage1.num_tasks": 180, "rl.tasks_per_update": 128, "rl.mini_batch_size": 512,
-               "train.schedule": "warmup_constant", "train.warmup_updates": 15},  # warm-up: 10% of 150 updates
+               "train.schedule": "warmup_constant", "train.warmup_updates": 15,  # warm-up: 10% of 150 updates
+               # 8-row micro-batches: the 1.7B step then fits a v5e-8 slice's 16 GiB chips (README plans)
+               "train.micro_batch_size": 8},
         tiny={"rollout.max_steps": 2, "stage1.format_warmup_tasks": 2})
