@@ -209,6 +209,19 @@ def prefill_chunks(cfg: ModelConfig, layout: Layout, rows: int, prompt_len: int)
     return per_dev // c
 
 
+def prefill_query_chunk(cfg: ModelConfig, layout: Layout, rows: int, prompt_len: int, chunks: int) -> int:
+    """Queries per attention block of the prompt pass: the largest divisor ``c`` of ``P`` whose
+    float32 scores, ``4 * (rows / row_shards / chunks) * H * c * P / head_shards`` bytes per
+    device, fit ``layout.prefill_scratch_bytes`` (at least 1); ``P`` itself when the whole
+    prompt's scores fit (one block)."""
+    per_dev = max(1, rows // layout.row_shards // max(1, chunks))
+    per_query = 4 * per_dev * cfg.num_heads * prompt_len // layout.head_shards
+    fit = max(1, layout.prefill_scratch_bytes // max(per_query, 1))
+    if fit >= prompt_len:
+        return prompt_len
+    return max(c for c in range(1, fit + 1) if prompt_len % c == 0)
+
+
 class _SamplerCopy:
     """The sampler's parameters for one params version (one entry: the last one asked for).
 
@@ -394,7 +407,8 @@ def _prefill(uparams, cfg: ModelConfig, tokens, mask, sp: SamplingParams, rng, e
         logits = logits[:, -1]
     else:
         cache = StackedCache.zeros(cfg, B, P + N, uparams["lm_head"].dtype, shard)
-        logits, cache = scan_cache.prefill(uparams, cfg, tokens, positions, kv_mask, cache, chunks, shard)
+        q_chunk = prefill_query_chunk(cfg, layout, B, P, chunks)
+        logits, cache = scan_cache.prefill(uparams, cfg, tokens, positions, kv_mask, cache, chunks, shard, q_chunk)
     return _initial_state(cfg, sp, logits, cache, kv_mask, positions, rng, eos_ids, row_live, shard)
 
 

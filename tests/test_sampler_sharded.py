@@ -21,7 +21,7 @@ import pytest
 
 from seed_jax.models import load_model
 from seed_jax.models.scan_cache import StackedCache
-from seed_jax.sampling import SamplerSpec, generate, prefill_chunks, resolve_layout
+from seed_jax.sampling import SamplerSpec, generate, prefill_chunks, prefill_query_chunk, resolve_layout
 from tests.conftest import TINY_KINDS
 from tests.test_sampling import _hf_greedy
 
@@ -99,6 +99,30 @@ def test_prefill_row_chunks_follow_the_scratch_budget(tiny_model_dirs):
     big = resolve_layout(SamplerSpec(backend="scan", prefill_scratch_bytes=4 * per_row))
     assert prefill_chunks(cfg, big, 8, 16) == 2  # four rows per chunk
     assert prefill_chunks(cfg, big, 6, 16) == 3  # two rows (a power of two dividing 6)
+
+
+def test_prefill_query_blocks_follow_the_scratch_budget(tiny_model_dirs):
+    cfg = load_model(tiny_model_dirs["qwen2"][1]).config
+    H = cfg.num_heads
+    whole = resolve_layout(SamplerSpec(backend="scan", prefill_scratch_bytes=4 * H * 16 * 16))
+    assert prefill_query_chunk(cfg, whole, 1, 16, 1) == 16  # one row's 16 x 16 scores fit: one block
+    # room for 5 queries' scores of one row (4 H P bytes each): the largest divisor of 16 <= 5 is 4
+    five = resolve_layout(SamplerSpec(backend="scan", prefill_scratch_bytes=5 * 4 * H * 16))
+    assert prefill_query_chunk(cfg, five, 1, 16, 1) == 4
+    assert prefill_query_chunk(cfg, five, 2, 16, 1) == 2  # two rows per chunk: half the queries
+    assert prefill_query_chunk(cfg, five, 1, 12, 1) == 6  # 12 positions: 6 queries (4 H 12 bytes each)
+
+
+@pytest.mark.parametrize("kind", TINY_KINDS)
+def test_prompt_pass_in_query_blocks_gives_transformers_tokens(kind, tiny_model_dirs, smol_tokenizer):
+    hf, d = tiny_model_dirs[kind]
+    cfg = load_model(d).config
+    budget = 3 * 4 * cfg.num_heads * 16  # three queries' scores of one 16-position row
+    layout = resolve_layout(SamplerSpec(backend="scan", prefill_scratch_bytes=budget))
+    assert prefill_query_chunk(cfg, layout, 6, 16, prefill_chunks(cfg, layout, 6, 16)) == 2
+    got = generate(load_model(d), smol_tokenizer, PROMPTS, max_new_tokens=NEW, temperature=0.0, chunk=5,
+                   sampler=SamplerSpec(backend="scan", prefill_scratch_bytes=budget)).token_ids
+    assert got == _hf_greedy(hf, PROMPTS, NEW)
 
 
 if __name__ == "__main__":
