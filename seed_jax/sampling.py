@@ -561,9 +561,8 @@ def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperatur
     stop_at: dict[int, int] = {}
     checked = [0] * n
     while True:
-        done, step = jax.device_get((state.done, state.step))
-        if stop_strings:
-            toks, lengths = jax.device_get((state.tokens, state.length))
+        if stop_strings:  # one transfer per chunk: flags, step and the tokens the stop check reads
+            done, step, toks, lengths = jax.device_get((state.done, state.step, state.tokens, state.length))
             newly = False
             for i in range(n):
                 if i in stop_at or lengths[i] <= checked[i]:
@@ -580,6 +579,8 @@ def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperatur
                 mark = np.array([i in stop_at for i in range(B)])
                 state = state._replace(done=state.done | put(mark))
                 done = done | mark
+        else:
+            done, step = jax.device_get((state.done, state.step))
         if int(step) >= max_new_tokens or bool(np.all(done)):
             break
         state = _decode_chunk(uparams, cfg, state, sp, P_len, rng, eos_ids, jnp.int32(pad_id), layout)
