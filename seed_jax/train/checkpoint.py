@@ -40,17 +40,51 @@ class CheckpointCorruptError(RuntimeError):
 FINGERPRINT_KEY = "_state_fingerprint"
 
 
+# elements per step of a leaf's fingerprint loop: the temporaries stay this small whatever the leaf
+_FINGERPRINT_CHUNK = 1 << 20
+
+
 def _leaf_fingerprint(x: jax.Array) -> jax.Array:
-    """Sum (mod 2^32) of the leaf's raw bits, as uint32 words; any single bit flip changes it."""
+    """``sum_k w_k * ((k * 2654435761) | 1) mod 2^32`` over the leaf's flat raw bits ``w_k`` (as
+    uint32 words; ``k`` the row-major flat index): any single bit flip changes it.
+
+    Summed over blocks of leading-axis rows of about `_FINGERPRINT_CHUNK` elements (a loop; the
+    last block overlaps the one before and counts only its new rows), each block's bits read in
+    the loop, so no leaf-sized temporary is made: summed whole, XLA materialises the weighted
+    (or bit-cast) words, one copy of the state at every save.
+    """
     bits = jnp.dtype(x.dtype).itemsize * 8
     if bits > 32:
         raise ValueError(f"fingerprints support dtypes up to 32 bits, got {x.dtype}")
-    if x.dtype == jnp.bool_:
-        words = x.astype(jnp.uint32)
-    else:
-        words = jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{bits}")).astype(jnp.uint32)
-    weights = (jnp.arange(words.size, dtype=jnp.uint32) * jnp.uint32(2654435761)) | jnp.uint32(1)
-    return jnp.sum(words.reshape(-1) * weights, dtype=jnp.uint32)
+
+    def words(block):
+        if block.dtype == jnp.bool_:
+            return block.astype(jnp.uint32)
+        return jax.lax.bitcast_convert_type(block, jnp.dtype(f"uint{bits}")).astype(jnp.uint32)
+
+    def weighted_sum(block, first_row, fresh_from_row):
+        row = x.size // x.shape[0]
+        rows = first_row + jax.lax.broadcasted_iota(jnp.uint32, block.shape, 0)
+        k = rows * jnp.uint32(row)
+        for d in range(1, block.ndim):  # row-major offsets within a row
+            k = k + jax.lax.broadcasted_iota(jnp.uint32, block.shape, d) * jnp.uint32(
+                int(np.prod(block.shape[d + 1:], dtype=np.int64)))
+        terms = words(block) * ((k * jnp.uint32(2654435761)) | jnp.uint32(1))
+        return jnp.sum(jnp.where(rows >= fresh_from_row, terms, jnp.uint32(0)), dtype=jnp.uint32)
+
+    if x.ndim == 0 or x.size <= _FINGERPRINT_CHUNK:
+        flat = x.reshape(1, -1)
+        return jnp.sum(words(flat) * ((jnp.arange(x.size, dtype=jnp.uint32) * jnp.uint32(2654435761))
+                                      | jnp.uint32(1)), dtype=jnp.uint32)
+    n = x.shape[0]
+    block = min(n, max(1, _FINGERPRINT_CHUNK // (x.size // n)))
+
+    def body(i, acc):
+        first = jnp.minimum(i * block, n - block)
+        part = jax.lax.dynamic_slice_in_dim(x, first, block)
+        return acc + weighted_sum(part, first.astype(jnp.uint32), (i * block).astype(jnp.uint32))
+
+    return jax.lax.fori_loop(0, -(-n // block), body, jnp.uint32(0))
 
 
 @jax.jit
@@ -96,14 +130,17 @@ def _abstract(tree):
 class Checkpointer:
     """`orbax.checkpoint.CheckpointManager` for (TrainState, host JSON) pairs."""
 
-    def __init__(self, directory, max_to_keep: int = 3, async_save: bool = True):
+    def __init__(self, directory, max_to_keep: int = 3, async_save: bool = True, save_concurrent_gb: int | None = None):
+        """``save_concurrent_gb``: bound on the bytes a save has in flight at once (orbax's
+        default, 96 GB, when None); a smaller bound writes in several rounds with less memory."""
         self.directory = Path(directory).absolute()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True)
+        handler = (ocp.StandardCheckpointHandler() if save_concurrent_gb is None
+                   else ocp.StandardCheckpointHandler(save_concurrent_gb=int(save_concurrent_gb)))
         self.manager = ocp.CheckpointManager(
             self.directory, options=options,
-            item_handlers={"state": ocp.StandardCheckpointHandler(),
-                           "host": ocp.JsonCheckpointHandler()})
+            item_handlers={"state": handler, "host": ocp.JsonCheckpointHandler()})
 
     def save(self, step: int, state, host: dict | None = None) -> None:
         """Start saving ``state`` and ``host`` (JSON-serialisable) as checkpoint ``step``."""
