@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from seed_jax.train.xla_setup import GPU_FLAGS, merge_flags
+from seed_jax.train.xla_setup import CPU_FLAGS, GPU_FLAGS, merge_flags
 
 REPO = str(Path(__file__).resolve().parents[1])
 
@@ -38,5 +38,19 @@ def test_configure_fills_the_compilation_cache(tmp_path):
     proc = _run(code, XLA_FLAGS="", LIBTPU_INIT_ARGS="")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "--xla_gpu_enable_latency_hiding_scheduler=true" in proc.stdout
+    assert CPU_FLAGS[0] in proc.stdout
     assert "--xla_tpu_enable_async_collective_fusion=true" in proc.stdout
     assert any((tmp_path / "cache").iterdir())  # the compiled program was written
+
+
+def test_cpu_flags_are_known_to_this_xla_and_set_before_the_backend_starts():
+    """The launcher sets the flags after importing every stage's module: none of them may start
+    a backend at import (XLA reads ``XLA_FLAGS`` once, when the first backend starts)."""
+    code = ("import seed_jax.launch, seed_jax.plan.analysis, seed_jax.plan.programs\n"
+            "from jax._src import xla_bridge\n"
+            "assert not xla_bridge._backends, sorted(xla_bridge._backends)\n"
+            "from seed_jax.train.xla_setup import configure\n"
+            "configure(None, gpu=False, tpu=False)\n"
+            "import jax; print(jax.numpy.ones(2).sum())\n")
+    proc = _run(code, XLA_FLAGS="")
+    assert proc.returncode == 0 and "2.0" in proc.stdout, proc.stderr[-2000:]

@@ -32,6 +32,10 @@ def main(argv):
     spec = _TARGET.value
     if spec.startswith(("gpu:", "cpu:")):
         jax.config.update("jax_platforms", "cpu")  # fake devices: no accelerator backend to start
+    if spec.startswith("cpu:"):
+        from seed_jax.train.xla_setup import configure
+
+        configure(None, gpu=False, tpu=False)  # a CPU run's own XLA flags (before the backend starts)
     from seed_jax.pipeline.validate import ConfigValueError, validate
     from seed_jax.plan.analysis import format_plan, plan_run, write_json
     from seed_jax.plan.programs import PROGRAM_NAMES, PlanConfigError
