@@ -294,6 +294,13 @@ def prepare_sampler(params, cfg: ModelConfig, sampler: SamplerSpec | None = None
     return _SamplerCopy.get(params, cfg, resolve_layout(sampler))
 
 
+def release_sampler() -> None:
+    """Drop the sampler's copy of the parameters (`prepare_sampler`), e.g. before a train step
+    or a stage that samples no more: its memory is free for other work, and the next
+    `generate` makes a new copy."""
+    _SamplerCopy.entry = None
+
+
 def _gather_to_local(params, cfg: ModelConfig, layout: Layout, specs, dtype):
     """Multi-host: the sampler copy made on a global ``('rows', 'heads')`` mesh of every device
     (device to device, compute dtype; never through host memory), then each host's shards

@@ -57,3 +57,21 @@ def test_bad_layout_is_rejected(setup):
     params, ids, mask, *_ = setup
     with pytest.raises(ValueError, match="prompt_len"):
         response_logprobs(params, CFG, ids, mask, P + 1, R)
+
+
+def test_scoring_params_share_buffers_only_when_nothing_changes():
+    """The frozen reference costs no second copy when the policy's params already are what the
+    scoring pass reads (same dtype, no mesh); a cast to another compute dtype is a new tree."""
+    from seed_jax.train.logprobs import scoring_params
+    from seed_jax.train.mesh import make_mesh
+
+    params = random_params(CFG, 0)
+    same = scoring_params(params, CFG)
+    assert all(a is b for a, b in zip(jax.tree.leaves(same), jax.tree.leaves(params)))
+    same_on_mesh = scoring_params(params, CFG, make_mesh(data=1, fsdp=1))
+    assert all(a is b for a, b in zip(jax.tree.leaves(same_on_mesh), jax.tree.leaves(params)))
+    cast = scoring_params(params, CFG.replace(dtype="bfloat16"))
+    kernels = [(a, b) for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(cast), jax.tree.leaves(params))
+               if getattr(path[-1], "key", None) in decoder.MATRIX_PARAMS]
+    assert kernels and all(a.dtype == jax.numpy.bfloat16 and a is not b for a, b in kernels)
+    np.testing.assert_allclose(np.asarray(kernels[0][0], np.float32), np.asarray(kernels[0][1]), rtol=1e-2)

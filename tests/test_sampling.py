@@ -206,3 +206,26 @@ def test_sampler_copy_is_made_once_per_params_version(tiny_model_dirs, smol_toke
         new = jax.tree.map(lambda x: x + 0, model.params)  # a new version (same values)
         c = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec, params=new)
         assert len(made) == 2 and c.token_ids == a.token_ids
+
+
+def test_released_sampler_copy_lets_a_step_donate_the_params(tiny_model_dirs, smol_tokenizer):
+    """On CPU the unrolled sampler's copy is views of the policy's buffers; while it lives a
+    donating step cannot reuse them (XLA copies instead, silently); `release_sampler` drops it."""
+    import seed_jax.sampling as sampling
+
+    model = load_model(tiny_model_dirs["qwen2"][1])
+    donate = jax.jit(lambda p: jax.tree.map(lambda x: x * 1.0, p), donate_argnums=0)
+
+    def donated_share(release: bool) -> float:
+        params = jax.tree.map(lambda x: x + 0, model.params)  # a fresh version to donate
+        generate(model, smol_tokenizer, PROMPTS[:1], max_new_tokens=2, temperature=0.0,
+                 sampler=SamplerSpec(backend="unrolled"), params=params)
+        if release:
+            sampling.release_sampler()
+        leaves = jax.tree.leaves(params)
+        jax.block_until_ready(donate(params))
+        return sum(a.is_deleted() for a in leaves) / len(leaves)
+
+    assert donated_share(release=False) < 1.0  # the layer views pin their buffers
+    assert donated_share(release=True) == 1.0
+    assert sampling._SamplerCopy.entry is None

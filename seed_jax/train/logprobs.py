@@ -123,11 +123,32 @@ def param_shardings(model_cfg: ModelConfig, mesh):
 
 def scoring_params(params, model_cfg: ModelConfig, mesh=None):
     """Parameters for log-prob passes only (e.g. the frozen reference): cast to the compute
-    dtype and, with a ``mesh``, placed sharded by the parameter rules like the policy's."""
+    dtype and, with a ``mesh``, placed sharded by the parameter rules like the policy's.
+
+    ``params`` themselves (no copy, shared buffers) when they already are so: every leaf in
+    the dtype the cast gives it and, with a ``mesh``, in its rule's sharding. The caller must
+    then not donate ``params`` to a step while the result is in use.
+    """
     cast = functools.partial(decoder.cast_to_compute, cfg=model_cfg)
+    target = jax.eval_shape(cast, params)
+    shardings = param_shardings(model_cfg, mesh) if mesh is not None else None
+    if _already_placed(params, target, shardings):
+        return params
     if mesh is None:
         return jax.jit(cast)(params)
-    return jax.jit(cast, out_shardings=param_shardings(model_cfg, mesh))(params)
+    return jax.jit(cast, out_shardings=shardings)(params)
+
+
+def _already_placed(params, target, shardings) -> bool:
+    """Every leaf of ``params`` a `jax.Array` with ``target``'s dtype and, when ``shardings`` is
+    given, a sharding equivalent to its own."""
+    leaves, tree = jax.tree_util.tree_flatten(params)
+    if tree != jax.tree_util.tree_structure(target):
+        return False
+    wanted = jax.tree_util.tree_leaves(shardings) if shardings is not None else [None] * len(leaves)
+    return all(isinstance(a, jax.Array) and a.dtype == t.dtype
+               and (s is None or a.sharding.is_equivalent_to(s, a.ndim))
+               for a, t, s in zip(leaves, jax.tree_util.tree_leaves(target), wanted))
 
 
 @functools.lru_cache(maxsize=32)
