@@ -33,6 +33,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.seed = 0
     c.method = "seed"  # one of seed_jax.pipeline.methods.METHODS (docs/METHOD.md §7)
     c.stages = "collect,annotate,sft,rl,eval"
+    # a laptop's trade of a little time for memory, same numbers (docs/ARCHITECTURE.md "Memory on a
+    # laptop"): the KL reference read from disk for each update's scoring pass instead of kept
+    # resident, each RL checkpoint written before the next update, compiled programs dropped between
+    # stages and before each train step (read back from the persistent compilation cache)
+    c.low_memory = False
 
     c.model = ml_collections.ConfigDict()
     c.model.path = ml_collections.config_dict.placeholder(str)  # None = embedded SmolLM2-135M-Instruct
@@ -184,7 +189,8 @@ def apply_local(c: ml_collections.ConfigDict, *, stage1_tasks: int, max_steps: i
     ``format_warmup_tasks``: scripted acting turns in the SFT (docs/METHOD.md §2.4). Every
     training step rematerialises the decoder layers (``model.remat``): the residuals of 30
     unrematerialised layers take several GB at these lengths; an SFT batch is one micro-batch
-    (no parameter-sized gradient accumulator beside the gradients).
+    (no parameter-sized gradient accumulator beside the gradients); ``low_memory`` and 16-row
+    sampler waves keep the run's peak resident memory under 4 GB (README, default run).
     """
     _small_run(c, stage1_tasks=stage1_tasks, sft_epochs=2, answer_tokens=96, analysis_tokens=96,
                analysis_prompt_tokens=analysis_prompt_tokens, group_size=4, max_steps=max_steps,
@@ -196,6 +202,9 @@ def apply_local(c: ml_collections.ConfigDict, *, stage1_tasks: int, max_steps: i
     c.model.remat = "full"
     c.stage1.sft_micro_batch_size = c.stage1.sft_batch_size  # one micro-batch: no gradient-accumulation buffer
     c.rl.audit_gates = False  # a diagnostic (one more teacher forward per update) the demonstration can spare
+    c.low_memory = True  # ~1 GB less at the train step's peak for ~5 s per update
+    c.train.micro_batch_size = 2  # RL micro-batches of 2 rows: smaller activations, no slower on CPU
+    c.rollout.wave_rows = 16  # at most 16 episodes per generate call: the 20-question eval in 16 + 4 rows, not 32
 
 
 def apply_tiny(c: ml_collections.ConfigDict) -> None:

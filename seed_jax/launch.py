@@ -55,10 +55,11 @@ from seed_jax.pipeline.run import (
     stage_plan,
     write_config,
 )
-from seed_jax.pipeline.runtime import setup_xla
+from seed_jax.pipeline.runtime import drop_compiled, setup_xla
 from seed_jax.pipeline.summary import describe_run
 from seed_jax.pipeline.validate import STAGES, ConfigValueError, check_inputs, check_retriever, validate
-from seed_jax.procmem import limit_malloc_arenas, peak_rss_mb
+from seed_jax.procmem import limit_malloc_arenas, peak_rss_mb, release_free_memory
+from seed_jax.sampling import release_sampler
 from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
 
 __doc__ = __doc__.replace("{methods}", ", ".join(METHODS))
@@ -147,6 +148,10 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
             summary = {"host": jax.process_index(), "skipped": "runs on host 0"}
         else:
             summary = actions[stage]()
+        release_sampler()  # a stage's sampler copy is not the next stage's
+        if config.low_memory:
+            drop_compiled()
+        release_free_memory()
         barrier(f"stage-{stage}")
         summary = {**summary, "wall_s": round(time.time() - t0, 1), "peak_rss_mb": round(peak_rss_mb(), 1)}
         if stage == "rl":

@@ -44,8 +44,11 @@ def mini_batch_rows(rows: int, mini_batch_size: int, micro_batch_size: int, host
 
 
 def ppo_epochs(state, batch: SeedBatch, train_step, *, mini_batch_size: int, micro_batch_size: int,
-               epochs: int, seed: int, update: int, mesh, hosts: int = 1):
-    """``(state, metrics)`` after ``epochs`` passes over ``batch`` (module docstring)."""
+               epochs: int, seed: int, update: int, mesh, hosts: int = 1, before_first_step=None):
+    """``(state, metrics)`` after ``epochs`` passes over ``batch`` (module docstring).
+
+    ``before_first_step(state, mini_batch)``: called once with the first step's arguments
+    (e.g. to compile the step ahead of time)."""
     n = n_real = batch.num_rows
     if is_multihost():
         Pt = batch.teacher_prompt_len
@@ -63,6 +66,10 @@ def ppo_epochs(state, batch: SeedBatch, train_step, *, mini_batch_size: int, mic
             mb = batch.take(np.sort(perm[k * M:(k + 1) * M]))
             if not is_multihost() and not mb.response_mask.any():
                 continue
-            state, m = train_step(state, to_global(mb, mesh))
+            mb = to_global(mb, mesh)
+            if before_first_step is not None:
+                before_first_step(state, mb)
+                before_first_step = None
+            state, m = train_step(state, mb)
             steps.append(m)
     return state, pool_metrics(steps) if steps else {"optimizer_steps": 0.0}

@@ -41,14 +41,15 @@ from seed_jax.pipeline.evaluate import evaluate_params
 from seed_jax.pipeline.multihost import host_local_params
 from seed_jax.pipeline.ppo import ppo_epochs
 from seed_jax.pipeline.run import Run
-from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings, save_policy, train_config
+from seed_jax.pipeline.runtime import drop_compiled, load_policy, make_pool, rollout_settings, save_policy, train_config
 from seed_jax.pipeline.skill_bank import SkillBank
 from seed_jax.pipeline.stage1 import rollout_summary
 from seed_jax.pipeline.update_batch import StepGate, build_update_batch
+from seed_jax.procmem import release_free_memory
 from seed_jax.rollout.batch import BatchSettings
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
 from seed_jax.rollout.trajectory import Trajectory
-from seed_jax.sampling import prepare_sampler
+from seed_jax.sampling import prepare_sampler, release_sampler
 from seed_jax.skills import SkillParse
 from seed_jax.train.checkpoint import Checkpointer
 from seed_jax.train.logprobs import scoring_params
@@ -202,10 +203,19 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     model, tok = load_policy(c, rl_start_dir(run))
     cfg = model.config
     tc = train_config(c)
-    # the frozen KL reference (the RL start): in the compute dtype, sharded like the policy
-    # (host-local passes on several hosts keep it whole)
+    # host-local passes on several hosts keep their params whole
     pass_mesh = mesh if jax.process_count() == 1 else None
-    ref_params = scoring_params(model.params, cfg, pass_mesh) if tc.c_kl > 0 else None
+
+    def reference():
+        """The frozen KL reference (the RL start) in the compute dtype, sharded like the policy;
+        None without a KL term. Once the loaded params are dropped, read again from disk."""
+        if tc.c_kl <= 0:
+            return None
+        params = model.params if model.params is not None else load_policy(c, rl_start_dir(run))[0].params
+        return scoring_params(params, cfg, pass_mesh)
+
+    lean = c.low_memory
+    ref_params = None if lean else reference()
     encode = make_prompt_encoder(tok)
     settings = rollout_settings(c, run.bench)
     train_tasks = {t["task_id"]: t for t in run.bench.tasks(run.bench.train_split)}
@@ -226,7 +236,10 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
         raise ValueError(f"config.train.micro_batch_size ({micro}) must be a multiple of the data x fsdp mesh "
                          f"size ({batch_divisor(mesh)})")
     state = create_sharded_state(model.params, tc, mesh, rng=c.seed)
-    ckpt = Checkpointer(run.workdir / "rl" / "ckpt", max_to_keep=c.rl.keep_checkpoints)
+    # the state holds its own copy and ref_params what the KL needs (often these very buffers)
+    model = dataclasses.replace(model, params=None)
+    ckpt = Checkpointer(run.workdir / "rl" / "ckpt", max_to_keep=c.rl.keep_checkpoints,
+                        save_concurrent_gb=1 if lean else None)
     start = 0
     restored = ckpt.restore_latest(state)
     if restored is not None:
@@ -234,6 +247,17 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
         start = int(host["update"]) + 1
         log.info("RL: resumed from checkpoint %d (next update %d)", step, start)
     train_step = make_train_step(cfg, tc, mesh)
+
+    def compile_apart(state, mini_batch):
+        """The train step compiled ahead of its first call (into the persistent cache), then every
+        compiled program dropped and freed memory returned: the compiler's working memory and
+        the sampler's programs are gone before the step's own temporaries exist."""
+        if not jax.config.jax_compilation_cache_dir:
+            return  # nowhere to read it back from: the first call compiles it
+        train_step.lower(state, mini_batch).compile()
+        drop_compiled()
+        release_free_memory()
+
     callbacks = [metrics_writer(run), skill_log_writer(run), step_gate_writer(run), TranscriptWriter(run), *callbacks]
     bar = StageProgress(c.rl.num_updates, "RL updates", unit="update", initial=start)
     first, last = {}, {}
@@ -255,17 +279,22 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
                     analysis = analyzer(trajs, dataclasses.replace(ctx, policy=(model, tok, state.params, encode),
                                                                    update=u))
                 skills = analysis.skills if analysis is not None else {}
+            release_sampler()  # sampling is over for this update: its copy is free for the train step
+            release_free_memory()
             with timer("batch"):
                 ub = build_update_batch(
                     trajs, skills, batch_settings, encode_prompt=encode, pad_id=tok.pad_token_id or 0,
-                    model_cfg=cfg, train_cfg=tc, old_params=old, ref_params=ref_params,
+                    model_cfg=cfg, train_cfg=tc, old_params=old,
+                    ref_params=reference() if lean else ref_params,
                     with_teacher=run.switches.skill_source != "none", audit_gates=c.rl.audit_gates,
                     micro_batch_size=micro, mesh=pass_mesh, allow_empty=jax.process_count() > 1)
+            release_free_memory()  # the scoring passes' buffers (and a reference read for them)
             with timer("train"):
                 state = at_schedule_pos(state, u)  # the learning-rate schedule counts updates
                 state, metrics = ppo_epochs(state, ub.batch, train_step, mini_batch_size=c.rl.mini_batch_size,
                                             micro_batch_size=micro, epochs=c.rl.epochs, seed=c.seed, update=u,
-                                            mesh=mesh, hosts=jax.process_count())
+                                            mesh=mesh, hosts=jax.process_count(),
+                                            before_first_step=compile_apart if lean else None)
                 jax.block_until_ready(state.params)
             out = update_metrics(trajs, analysis, metrics, timer)
             if ub.teacher_cut_share is not None:
@@ -275,7 +304,12 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
             for callback in callbacks:
                 callback(record)
             if (u + 1) % c.rl.checkpoint_every == 0 or u + 1 == c.rl.num_updates:
+                if lean:
+                    release_free_memory()  # the save copies the state: onto a trimmed heap
                 ckpt.save(u, state, {"update": u})
+                if lean:
+                    ckpt.wait()  # the write's host copy of the state is gone before the next rollouts
+                    release_free_memory()
             if c.rl.eval_every and (u + 1) % c.rl.eval_every == 0 and u + 1 < c.rl.num_updates:
                 evaluate_params(run, model, tok, state.params, tag=f"rl_{u + 1:06d}", step=u + 1, bank=bank)
             bar.update(1, success=f"{out['rollout/success_rate']:.2f}", loss=f"{metrics.get('loss', float('nan')):.3f}")

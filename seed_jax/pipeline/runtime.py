@@ -124,10 +124,20 @@ def rollout_settings(config, bench, **overrides) -> RolloutSettings:
     return RolloutSettings(**kw)
 
 
+def drop_compiled() -> bool:
+    """Drop JAX's in-memory compiled programs and tracing caches (``jax.clear_caches``), freeing
+    their memory (a few hundred MB for the embedded model's sampler and step programs), when a
+    persistent compilation cache is on to read them back from; True when dropped."""
+    if not jax.config.jax_compilation_cache_dir:
+        return False
+    jax.clear_caches()
+    return True
+
+
 def make_pool(config, bench):
     return open_env_pool(bench.factory, num_workers=config.env.num_workers,
                          step_timeout_s=config.env.step_timeout_s, seed=config.seed)
 
 
-__all__ = ["setup_xla", "train_config", "sft_train_config", "load_policy", "random_model_config", "save_policy",
+__all__ = ["setup_xla", "drop_compiled", "train_config", "sft_train_config", "load_policy", "random_model_config", "save_policy",
            "rollout_settings", "make_pool"]
