@@ -264,3 +264,51 @@ ENTRY %main (a: bf16[2,512,8,128], b: bf16[2,512,8,128]) -> bf16[2,8,512,512] {
 """
     B, H, T, D = 2, 8, 512, 128
     assert hlo.analyze(text, 1).flops == 2 * B * H * T * T * D
+
+
+# A fusion whose stacked-weight operand is dynamic-sliced one layer at a time inside a nested
+# fusion (as XLA:TPU writes a scanned layer's matmul), beside one that reads its operand whole.
+NESTED_SLICE_HLO = """
+HloModule nested
+
+%slice_layer (p0: bf16[8,64,32], p1: s32[]) -> bf16[64,32] {
+  %p0 = bf16[8,64,32]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %z = s32[] constant(0)
+  %ds = bf16[1,64,32]{2,1,0} dynamic-slice(%p0, %p1, %z, %z), dynamic_slice_sizes={1,64,32}
+  ROOT %b = bf16[64,32]{1,0} bitcast(%ds)
+}
+
+%layer_dot (q0: bf16[8,64,32], q1: s32[], q2: bf16[4,64]) -> bf16[4,32] {
+  %q0 = bf16[8,64,32]{2,1,0} parameter(0)
+  %q1 = s32[] parameter(1)
+  %q2 = bf16[4,64]{1,0} parameter(2)
+  %w = bf16[64,32]{1,0} fusion(%q0, %q1), kind=kLoop, calls=%slice_layer
+  ROOT %d = bf16[4,32]{1,0} dot(%q2, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%whole_sum (r0: bf16[8,64,32]) -> bf16[8,64,32] {
+  %r0 = bf16[8,64,32]{2,1,0} parameter(0)
+  ROOT %n = bf16[8,64,32]{2,1,0} negate(%r0)
+}
+
+%wrap (s0: bf16[8,64,32]) -> bf16[8,64,32] {
+  %s0 = bf16[8,64,32]{2,1,0} parameter(0)
+  ROOT %inner = bf16[8,64,32]{2,1,0} fusion(%s0), kind=kLoop, calls=%whole_sum
+}
+
+ENTRY %main (ws: bf16[8,64,32], i: s32[], x: bf16[4,64]) -> bf16[4,32] {
+  %ws = bf16[8,64,32]{2,1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %x = bf16[4,64]{1,0} parameter(2)
+  %neg = bf16[8,64,32]{2,1,0} fusion(%ws), kind=kLoop, calls=%wrap
+  ROOT %y = bf16[4,32]{1,0} fusion(%ws, %i, %x), kind=kOutput, calls=%layer_dot
+}
+"""
+
+
+def test_hlo_bytes_of_an_operand_sliced_inside_a_nested_fusion():
+    st = hlo.analyze(NESTED_SLICE_HLO, num_devices=1)
+    layer, stack, x, y = 64 * 32 * 2, 8 * 64 * 32 * 2, 4 * 64 * 2, 4 * 32 * 2
+    # %y reads one layer's slice, the index and x, writes y; %neg reads and writes the whole stack
+    assert st.hbm_bytes == (layer + 4 + x + y) + 2 * stack

@@ -23,8 +23,9 @@ conditions, called and branch computations, async wrappers; not fusion bodies or
                                                             element: XLA:TPU writes batched
                                                             matmuls as dilated convolutions)
     hbm bytes              = sum m * (bytes read + written) per top-level instruction; a fusion
-                                                            operand only dynamic-sliced counts
-                                                            its slices, an in-place dynamic-update
+                                                            operand only dynamic-sliced (also
+                                                            inside nested fusions) counts its
+                                                            slices, an in-place dynamic-update
                                                             counts the update twice
 
 The figures are per device (the HLO of an SPMD program is one device's program).
@@ -126,6 +127,11 @@ def parse_instr(line: str) -> Instr | None:
     close = _balanced(rest, om.end() - 1)
     args = rest[om.end():close - 1]
     return Instr(m.group(2), shape, om.group(1), _NAME.findall(args), rest[close:], bool(m.group(1)), args)
+
+
+def _param_index(ins: Instr) -> int | None:
+    """The index of a ``parameter(i)`` instruction."""
+    return int(ins.args) if ins.opcode == "parameter" and ins.args.strip().isdigit() else None
 
 
 def parse_module(text: str) -> tuple[dict[str, Computation], str | None]:
@@ -330,12 +336,39 @@ class _Walker:
         for pname, p in params.items():
             if pname == in_place:
                 continue
-            us = users.get(pname, [])
-            if us and all(u.opcode in ("dynamic-slice", "slice", "gather") and u.operands[0] == pname for u in us):
-                total += sum(shape_bytes(u.shape) for u in us)
-            else:
-                total += shape_bytes(p.shape)
+            read = self.sliced_read(body, pname, users)
+            total += shape_bytes(p.shape) if read is None else read
         return total + out
+
+    def sliced_read(self, body: Computation, pname: str, users, depth: int = 0) -> float | None:
+        """Bytes a fusion body reads of its parameter ``pname`` when every use only slices it
+        (dynamic-slice / slice / gather of it, directly or inside nested fusions): the slices'
+        sizes; None when some use reads it whole."""
+        us = users.get(pname, [])
+        if not us or depth > 8:
+            return None
+        total = 0.0
+        for u in us:
+            if u.opcode in ("dynamic-slice", "slice", "gather") and u.operands[0] == pname:
+                total += shape_bytes(u.shape)
+                continue
+            inner = self.comps.get((_attr_names(u.attrs, "calls") or [None])[0]) if u.opcode == "fusion" else None
+            if inner is None:
+                return None
+            inner_params = [b for b in inner.instrs.values() if b.opcode == "parameter"]
+            inner_users = defaultdict(list)
+            for b in inner.instrs.values():
+                for o in b.operands:
+                    inner_users[o].append(b)
+            for i, o in enumerate(u.operands):
+                if o != pname:
+                    continue
+                match = [b for b in inner_params if _param_index(b) == i]
+                read = self.sliced_read(inner, match[0].name, inner_users, depth + 1) if match else None
+                if read is None:
+                    return None
+                total += read
+        return total
 
     def instr_bytes(self, comp: Computation, ins: Instr) -> float:
         if ins.opcode in _NO_TRAFFIC or ins.opcode.endswith("-done"):
