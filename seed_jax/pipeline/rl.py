@@ -41,7 +41,15 @@ from seed_jax.pipeline.evaluate import evaluate_params
 from seed_jax.pipeline.multihost import host_local_params
 from seed_jax.pipeline.ppo import ppo_epochs
 from seed_jax.pipeline.run import Run
-from seed_jax.pipeline.runtime import drop_compiled, load_policy, make_pool, rollout_settings, save_policy, train_config
+from seed_jax.pipeline.runtime import (
+    compilation_cache_on,
+    drop_compiled,
+    load_policy,
+    make_pool,
+    rollout_settings,
+    save_policy,
+    train_config,
+)
 from seed_jax.pipeline.skill_bank import SkillBank
 from seed_jax.pipeline.stage1 import rollout_summary
 from seed_jax.pipeline.update_batch import StepGate, build_update_batch
@@ -252,7 +260,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
         """The train step compiled ahead of its first call (into the persistent cache), then every
         compiled program dropped and freed memory returned: the compiler's working memory and
         the sampler's programs are gone before the step's own temporaries exist."""
-        if not jax.config.jax_compilation_cache_dir:
+        if not compilation_cache_on():
             return  # nowhere to read it back from: the first call compiles it
         train_step.lower(state, mini_batch).compile()
         drop_compiled()

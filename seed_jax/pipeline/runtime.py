@@ -124,11 +124,16 @@ def rollout_settings(config, bench, **overrides) -> RolloutSettings:
     return RolloutSettings(**kw)
 
 
+def compilation_cache_on() -> bool:
+    """Whether compiled programs go to (and come back from) a persistent cache (`setup_xla`)."""
+    return bool(jax.config.jax_compilation_cache_dir)
+
+
 def drop_compiled() -> bool:
     """Drop JAX's in-memory compiled programs and tracing caches (``jax.clear_caches``), freeing
     their memory (a few hundred MB for the embedded model's sampler and step programs), when a
     persistent compilation cache is on to read them back from; True when dropped."""
-    if not jax.config.jax_compilation_cache_dir:
+    if not compilation_cache_on():
         return False
     jax.clear_caches()
     return True
@@ -139,5 +144,5 @@ def make_pool(config, bench):
                          step_timeout_s=config.env.step_timeout_s, seed=config.seed)
 
 
-__all__ = ["setup_xla", "drop_compiled", "train_config", "sft_train_config", "load_policy", "random_model_config", "save_policy",
+__all__ = ["setup_xla", "compilation_cache_on", "drop_compiled", "train_config", "sft_train_config", "load_policy", "random_model_config", "save_policy",
            "rollout_settings", "make_pool"]

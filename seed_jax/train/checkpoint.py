@@ -72,10 +72,10 @@ def _leaf_fingerprint(x: jax.Array) -> jax.Array:
         terms = words(block) * ((k * jnp.uint32(2654435761)) | jnp.uint32(1))
         return jnp.sum(jnp.where(rows >= fresh_from_row, terms, jnp.uint32(0)), dtype=jnp.uint32)
 
-    if x.ndim == 0 or x.size <= _FINGERPRINT_CHUNK:
-        flat = x.reshape(1, -1)
-        return jnp.sum(words(flat) * ((jnp.arange(x.size, dtype=jnp.uint32) * jnp.uint32(2654435761))
-                                      | jnp.uint32(1)), dtype=jnp.uint32)
+    if x.ndim == 0:
+        x = x.reshape(1)
+    if x.size <= _FINGERPRINT_CHUNK:
+        return weighted_sum(x, jnp.uint32(0), jnp.uint32(0))
     n = x.shape[0]
     block = min(n, max(1, _FINGERPRINT_CHUNK // (x.size // n)))
 
