@@ -23,7 +23,7 @@ from configs.base import PRESETS, base_config, set_keys, with_preset
 from seed_jax.pipeline.methods import METHOD_SWITCHES, METHODS, needs_skill_bank, switches
 from seed_jax.pipeline.runtime import sft_train_config, train_config
 from seed_jax.pipeline.validate import ConfigValueError, validate
-from seed_jax.train.config import RUN_TRAIN_FIELDS, TrainConfig
+from seed_jax.train.config import RUN_TRAIN_FIELDS, ConfigError, TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -158,9 +158,18 @@ def test_command_line_overrides_of_train_keys_reach_the_train_config():
 def test_the_derived_fields_come_from_the_run():
     c = _config("search:tiny")
     set_keys(c, {"model.remat": "full", "model.dtype": "bfloat16", "model.param_dtype": "bfloat16",
-                 "rl.num_updates": 7, "train.warmup_updates": 3, "train.schedule": "cosine", "method": "grpo"})
+                 "rl.num_updates": 7, "train.warmup_updates": 3, "train.schedule": "cosine", "method": "grpo",
+                 "rollout.temperature": 0.7})
     tc = train_config(c)
     assert (tc.remat, tc.compute_dtype, tc.param_dtype, tc.total_steps) == ("full", "bfloat16", "bfloat16", 7)
+    assert tc.temperature == 0.7  # log-probs of the policy the rollouts were sampled from
+    assert sft_train_config(c).temperature == 1.0
+    with c.unlocked():
+        c.train.temperature = 2.0  # derived: a preset cannot set it apart from the rollouts
+    with pytest.raises(ConfigError, match="temperature"):
+        train_config(c)
+    with c.unlocked():
+        del c.train["temperature"]
     assert tc.lambda_opd == 0.0 and c.train.lambda_opd > 0  # grpo: no OPD term
     c.rl.num_updates = 2
     assert train_config(c).total_steps == 4  # at least warmup_updates + 1

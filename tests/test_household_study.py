@@ -17,9 +17,9 @@ from envs.household.world import transitions
 from experiments.household.audit import consistency_by_update, join_gates, read_step_actions, summarize, update_of
 from experiments.household.bc import bc_batches, bc_examples, cycled_batches, random_policy_success, run_stage0
 from experiments.household.demos import noisy_episode, subgoal_text
-from experiments.household.experiment import arm_config, arms_of, run_study, step_recorder
-from experiments.household.probe import _summary
-from experiments.household.report import consistent_share, fmt_pct, mean_std
+from experiments.household.experiment import arm_config, arms_of, link_shared, run_study, step_recorder
+from experiments.household.probe import _summary, subgoal_verb
+from experiments.household.report import T975, change_table, ci95, consistent_share, fmt_pct, mean_std
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.rl import UpdateRecord
@@ -244,9 +244,10 @@ def test_consistency_by_update_hand_made():
 
 
 def test_probe_summary_hand_computed():
-    rows = [{"consistent": True, "d_a": np.array([0.0, 0.2]), "d_e": np.array([0.0, 0.2])},
-            {"consistent": False, "d_a": np.array([-0.2]), "d_e": np.array([0.1, 0.3])},
-            {"consistent": False, "d_a": np.array([0.0, -0.4]), "d_e": np.array([-0.1])}]
+    rows = [{"consistent": True, "d_a": np.array([0.0, 0.2]), "d_e": np.array([0.0, 0.2]), "subgoal": "find"},
+            {"consistent": False, "d_a": np.array([-0.2]), "d_e": np.array([0.1, 0.3]), "subgoal": "find"},
+            {"consistent": False, "d_a": np.array([0.0, -0.4]), "d_e": np.array([-0.1]), "subgoal": "put",
+             "l0_e": np.array([-0.5, -0.25])}]
     sig = lambda x: 1.0 / (1.0 + np.exp(-5.0 * x))  # noqa: E731
     s = _summary(rows, beta=5.0)
     assert (s["steps_consistent"], s["steps_inconsistent"]) == (1, 2)
@@ -255,7 +256,13 @@ def test_probe_summary_hand_computed():
     assert s["gate_inconsistent"] == pytest.approx((sig(-0.2) + sig(0.0) + sig(-0.4)) / 3)
     assert s["lift_expert"] == pytest.approx((0.4 + -0.1) / 2)
     assert s["lift_sampled"] == pytest.approx((-0.2 + -0.4) / 2)
+    assert s["headroom_expert"] == pytest.approx(0.75)  # only the row with plain log-probs counts
+    assert s["by_subgoal"] == {"find": {"steps": 1, "lift_expert": pytest.approx(0.4), "lift_sampled": pytest.approx(-0.2)},
+                               "put": {"steps": 1, "lift_expert": pytest.approx(-0.1), "lift_sampled": pytest.approx(-0.4)}}
     assert _summary([], 5.0)["gate_consistent"] is None
+    assert subgoal_verb("<think>put a hot apple in fridge. find the apple</think><action>go to x 1</action>") == "find"
+    assert subgoal_verb("<think>put down the mug</think><action>look</action>") == "put"
+    assert subgoal_verb("<action>look</action>") == ""
 
 
 def test_step_recorder_appends_compact_trajectories(tmp_path):
@@ -294,6 +301,46 @@ def test_report_mean_std():
     assert (m, n) == (0.5, 3) and s == pytest.approx(0.25)  # sample std of (.25, .5, .75)
     assert fmt_pct(m, s) == "50.0 ± 25.0" and fmt_pct(None, None) == "-"
     assert mean_std([0.3])[1] is None
+
+
+def test_ci95_student_t():
+    # hand: values 0.1, 0.2, 0.3 -> mean 0.2, s = 0.1, half = t_{0.975,2} * 0.1 / sqrt(3) = 4.303 * 0.057735
+    m, h, n = ci95([0.1, None, 0.2, 0.3])
+    assert n == 3 and m == pytest.approx(0.2) and h == pytest.approx(4.303 * 0.1 / np.sqrt(3))
+    assert ci95([0.4]) == (0.4, None, 1) and ci95([]) == (None, None, 0)
+    stats = pytest.importorskip("scipy.stats")
+    for df, t in enumerate(T975, start=1):  # the printed table against the t distribution
+        assert t == pytest.approx(stats.t.ppf(0.975, df), abs=6e-4), df
+
+
+def test_change_table_hand_made():
+    res = {"splits": ["seen", "unseen"], "start": {"seen": 0.5, "unseen": 0.4},
+           "arms": {"sft_grpo": {"0": {"final": {"seen": 0.6, "unseen": 0.5}},
+                                 "1": {"final": {"seen": 0.7, "unseen": 0.5}},
+                                 "2": {"final": {"seen": 0.8, "unseen": None}}}}}
+    lines = change_table(res, ["sft_grpo", "seed"])
+    row = [ln for ln in lines if ln.startswith("| GRPO")]
+    # seen: changes .1 .2 .3 -> +20.0 +- 4.303 * 10 / sqrt(3) = 24.8 points; unseen: one value per seed 0, 1
+    half = 4.303 * 10 / np.sqrt(3)
+    assert row == [f"| GRPO (stage-1 SFT, lambda_opd=0) | +20.0 [{20 - half:+.1f}, {20 + half:+.1f}] | "
+                   "+10.0 [+10.0, +10.0] | 3 |"]
+    assert change_table({**res, "arms": {}}, ["sft_grpo"]) == []
+
+
+def test_link_shared(tmp_path):
+    shared, out = tmp_path / "shared", tmp_path / "out"
+    with pytest.raises(FileNotFoundError, match="stage 1 has not finished"):
+        link_shared(shared, out)
+    (shared / "base" / "stages").mkdir(parents=True)
+    (shared / "base" / "stages" / "eval.json").write_text("{}")
+    (shared / "stage0").mkdir()
+    link_shared(shared, out)
+    link_shared(shared, out)  # idempotent
+    assert (out / "base").resolve() == (shared / "base").resolve() and (out / "stage0").is_symlink()
+    other = tmp_path / "other"
+    (other / "base").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match="is not a link"):
+        link_shared(shared, other)
 
 
 # ------------------------------------------------------------------ stage 0 (slow) and the ci study

@@ -45,6 +45,27 @@ def test_response_logprobs_match_full_logits(setup, chunk):
     np.testing.assert_allclose(np.asarray(ent)[valid], ref_ent[valid], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("temperature", [0.5, 1.7])
+def test_tempered_logprobs_match_numpy(setup, temperature):
+    """log softmax(z / T) and its entropy, against the reference built from the full logits."""
+    params, ids, mask, rmask, *_ = setup
+    logits = np.asarray(jax.jit(decoder.forward, static_argnums=1)(params, CFG, ids, mask), np.float64)
+    z = logits[:, P - 1:P - 1 + R] / temperature
+    z = z - z.max(-1, keepdims=True)
+    logq = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    ref = np.take_along_axis(logq, ids[:, P:P + R, None], -1)[..., 0]
+    ref_ent = -(np.exp(logq) * logq).sum(-1)
+    logp, ent = jax.jit(lambda p, i, m: response_logprobs(p, CFG, i, m, P, R, chunk=3, temperature=temperature))(
+        params, ids, mask)
+    valid = rmask > 0
+    np.testing.assert_allclose(np.asarray(logp)[valid], ref[valid], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ent)[valid], ref_ent[valid], rtol=1e-5, atol=1e-5)
+    host = compute_logprobs(params, CFG, ids, mask, P, R, micro_batch=2, temperature=temperature)
+    np.testing.assert_allclose(host[valid], ref[valid], rtol=1e-5, atol=1e-5)
+    plain = compute_logprobs(params, CFG, ids, mask, P, R, micro_batch=2)
+    assert np.abs(host - plain)[valid].max() > 1e-2  # the temperature reaches the pass
+
+
 def test_compute_logprobs_micro_batched(setup):
     params, ids, mask, rmask, ref_logp, _ = setup
     out = compute_logprobs(params, CFG, ids, mask, P, R, micro_batch=2, chunk=4)

@@ -59,6 +59,24 @@ def test_fixed_seed_reproduces_and_seeds_differ(tiny_model_dirs, smol_tokenizer)
     assert a.token_ids != c.token_ids
 
 
+def test_sampled_logprobs_equal_the_scoring_pass_at_the_same_temperature(tiny_model_dirs, smol_tokenizer):
+    """The sampler at T = 0.5 records log softmax(z / T) of each drawn token; the RL scoring
+    pass (`compute_logprobs(..., temperature=T)`, which old / ref / train log-probs use) gives
+    the same values for the same tokens, and the untempered pass does not."""
+    from seed_jax.train.batch import pack_rows
+    from seed_jax.train.logprobs import compute_logprobs
+
+    model = load_model(tiny_model_dirs["llama"][1])
+    res = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=10, temperature=0.5, seed=1, ignore_eos=True)
+    P, R = 16, 10
+    ids, mask, _ = pack_rows([list(p) for p in PROMPTS], res.token_ids, P, R, 2)
+    tempered = compute_logprobs(model.params, model.config, ids, mask, P, R, micro_batch=3, temperature=0.5)
+    plain = compute_logprobs(model.params, model.config, ids, mask, P, R, micro_batch=3)
+    for i, lp in enumerate(res.logprobs):
+        np.testing.assert_allclose(tempered[i, :len(lp)], lp, atol=2e-4)
+        assert np.abs(plain[i, :len(lp)] - np.asarray(lp)).max() > 1e-2
+
+
 def test_bucketed_batch_gives_same_rows_as_single_prompts(tiny_model_dirs, smol_tokenizer):
     model = load_model(tiny_model_dirs["qwen3"][1])
     batched = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=12, temperature=0.0)

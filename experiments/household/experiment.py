@@ -116,10 +116,33 @@ def arms_of(config) -> list[str]:
     return arms
 
 
-def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds: list[int] | None = None) -> dict:
-    """Run (or resume) the whole study; returns the results dict also written to results.json."""
+def link_shared(shared: str | Path, out: Path) -> None:
+    """Point ``out/stage0`` and ``out/base`` at the finished stage 0 and stage 1 of the study
+    directory ``shared`` (symlinks), so RL arms with other RL settings start from the very same
+    checkpoint. Raises FileNotFoundError when ``shared`` has not finished stage 1, and
+    FileExistsError when ``out`` already has its own, different stage 0 or stage 1."""
+    shared = Path(shared).absolute()
+    if not (shared / "base" / "stages" / "eval.json").exists():
+        raise FileNotFoundError(f"{shared}: stage 1 has not finished there (no base/stages/eval.json)")
+    out.mkdir(parents=True, exist_ok=True)
+    for sub in ("stage0", "base"):
+        link = out / sub
+        if link.is_symlink() and link.resolve() == (shared / sub).resolve():
+            continue
+        if link.exists() or link.is_symlink():
+            raise FileExistsError(f"{link} exists and is not a link to {shared / sub}")
+        link.symlink_to(shared / sub, target_is_directory=True)
+
+
+def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds: list[int] | None = None,
+              shared: str | Path | None = None) -> dict:
+    """Run (or resume) the whole study; returns the results dict also written to results.json.
+    ``shared``: take stage 0 and stage 1 from that study directory (`link_shared`); the RL
+    settings of ``config`` may differ from its, the stage-0 / stage-1 ones must not."""
     out = Path(out_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
+    if shared is not None:
+        link_shared(shared, out)
     arms = arms or arms_of(config)
     seeds = list(seeds if seeds is not None else config.study.seeds)
     timings_path = out / "timings.json"

@@ -21,6 +21,10 @@ condition:
     lift_e     = step mean of sum_tokens [l_c(e_t) - l_0(e_t)] over inconsistent steps
                  (how much the hint raises the expert's response where the demonstrator erred)
     lift_a     = step mean of sum_tokens [l_c(a_t) - l_0(a_t)] over inconsistent steps
+    headroom_e = step mean of -sum_tokens l_0(e_t) over inconsistent steps: the most any hint
+                 can raise the expert's response by (its log-prob cannot exceed 0)
+    by_subgoal = lift_e and lift_a over the inconsistent steps of each subgoal ('find' = the
+                 object is not yet in sight: where a hint naming its place can help most)
 
 A hint the policy can use gives gate(consistent) > gate(inconsistent) and lift_e > lift_a;
 a shuffled hint should give neither.
@@ -74,10 +78,29 @@ def _summary(rows: Sequence[dict], beta: float) -> dict:
 
     cons = [r for r in rows if r["consistent"]]
     inc = [r for r in rows if not r["consistent"]]
+    by_subgoal: dict = {}
+    for r in inc:
+        if r.get("subgoal"):
+            by_subgoal.setdefault(r["subgoal"], []).append(r)
     return {"steps_consistent": len(cons), "steps_inconsistent": len(inc),
             "gate_consistent": gate(cons), "gate_inconsistent": gate(inc),
             "lift_expert": float(np.mean([r["d_e"].sum() for r in inc])) if inc else None,
-            "lift_sampled": float(np.mean([r["d_a"].sum() for r in inc])) if inc else None}
+            "lift_sampled": float(np.mean([r["d_a"].sum() for r in inc])) if inc else None,
+            "headroom_expert": (float(np.mean([-r["l0_e"].sum() for r in inc if "l0_e" in r]))
+                                if any("l0_e" in r for r in inc) else None),
+            "by_subgoal": {k: {"steps": len(v), "lift_expert": float(np.mean([r["d_e"].sum() for r in v])),
+                               "lift_sampled": float(np.mean([r["d_a"].sum() for r in v]))}
+                           for k, v in sorted(by_subgoal.items())}}
+
+
+def subgoal_verb(response: str) -> str:
+    """The first word of the response's subgoal ('find', 'take', 'put', 'heat', ...): the word
+    after the task sentence in ``<think>{task sentence} {subgoal}</think>`` ('' if none)."""
+    if "<think>" not in response:
+        return ""
+    think = response.split("<think>", 1)[1].split("</think>", 1)[0]
+    words = think.rsplit(".", 1)[-1].split()
+    return words[0] if words else ""
 
 
 def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_steps: int = 15,
@@ -112,7 +135,8 @@ def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_
         hint_a = _logprobs(model, tok, hinted, [steps[i][1].response for i in keep], micro_batch, max_prompt_tokens)
         hint_e = _logprobs(model, tok, hinted, [steps[i][1].expert_response for i in keep], micro_batch,
                            max_prompt_tokens)
-        rows = [{"consistent": steps[i][1].consistent, "d_a": ha - plain_a[i], "d_e": he - plain_e[i]}
+        rows = [{"consistent": steps[i][1].consistent, "d_a": ha - plain_a[i], "d_e": he - plain_e[i], "l0_e": plain_e[i],
+                 "subgoal": subgoal_verb(steps[i][1].expert_response)}
                 for i, ha, he in zip(keep, hint_a, hint_e)]
         out[cond] = _summary(rows, beta)
     return out

@@ -56,6 +56,23 @@ def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None
     return float(np.mean(v)), (float(np.std(v, ddof=1)) if len(v) > 1 else None), len(v)
 
 
+# Two-sided 95 % quantiles of Student's t, t_{0.975, df}, for df = 1..30 (printed tables; above 30
+# the normal 1.960 is used, at most 2 % below the true quantile).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+
+
+def ci95(values: Sequence[float | None]) -> tuple[float | None, float | None, int]:
+    """(mean, half-width, n) of the 95 % t-interval of the mean over the non-None values:
+    half = t_{0.975, n-1} * s / sqrt(n), s the sample std (ddof 1); half is None for n < 2."""
+    m, s, n = mean_std(values)
+    if s is None:
+        return m, None, n
+    t = T975[n - 2] if n - 1 <= len(T975) else 1.960
+    return m, t * s / math.sqrt(n), n
+
+
 def fmt_pct(mean: float | None, std: float | None) -> str:
     if mean is None:
         return "-"
@@ -142,6 +159,46 @@ def consistent_share(per_seed: Sequence[dict], lo: int, hi: int) -> float | None
     return c / n if n else None
 
 
+def start_changes(res: dict, arm: str, split: str, point: str = "final") -> list[float]:
+    """Per seed, the arm's success at ``point`` minus the stage-1 start's, on ``split``."""
+    start = res["start"].get(split)
+    if start is None:
+        return []
+    return [d[point][split] - start for d in res["arms"].get(arm, {}).values()
+            if d.get(point) and d[point].get(split) is not None]
+
+
+def fmt_ci(mean: float | None, half: float | None) -> str:
+    """Points of success: '+12.3 [+4.1, +20.5]' (no interval for one value)."""
+    if mean is None:
+        return "-"
+    text = f"{100 * mean:+.1f}"
+    return text + (f" [{100 * (mean - half):+.1f}, {100 * (mean + half):+.1f}]" if half is not None else "")
+
+
+def change_table(res: dict, arms: Sequence[str]) -> list[str]:
+    """Markdown lines: each arm's change from the stage-1 start at the final update, per split,
+    mean over seeds with its 95 % t-interval (`ci95`)."""
+    splits = res["splits"]
+    rows = []
+    for arm in arms:
+        cells = [ci95(start_changes(res, arm, s)) for s in splits]
+        if any(n for _, _, n in cells):
+            rows.append(f"| {arm_label(arm)} | " + " | ".join(fmt_ci(m, h) for m, h, _ in cells)
+                        + f" | {max(n for _, _, n in cells)} |")
+    if not rows:
+        return []
+    return (["", "Change from the stage-1 start at the final update (points; mean over seeds [95 % t-interval "
+             "of the mean]; the start is one evaluation, whose own error is the noise floor below):", "",
+             "| arm | " + " | ".join(splits) + " | seeds |", "|---|" + "---|" * len(splits) + "---|"] + rows)
+
+
+def _find_lift(probe_condition: dict) -> str:
+    """'lift_e (n)' on the probe's detour steps whose subgoal is 'find' ('-' when none)."""
+    f = (probe_condition.get("by_subgoal") or {}).get("find")
+    return f"{f['lift_expert']:.2f} ({f['steps']})" if f else "-"
+
+
 def _f(x, digits=3):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -164,6 +221,7 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
         cells = [fmt_pct(*_agg(res, arm, "mid", s)[:2]) for s in splits]
         cells += [fmt_pct(*_agg(res, arm, "final", s)[:2]) for s in splits]
         lines.append("| " + " | ".join([arm_label(arm)] + cells) + " |")
+    lines += change_table(res, arms)
     n_eval = res.get("eval_tasks_per_split")
     p0 = [res["start"].get(s) for s in splits if res["start"].get(s) is not None]
     if n_eval and p0:
@@ -197,15 +255,20 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
                   "the same demonstration (own), of another one (shuffled), or the policy's own greedy skill (self). "
                   "Gates token-averaged over the demonstrated response; lifts = summed log-prob change from the "
                   "hint on steps where the demonstrator took a detour, for the expert's response (e) and the "
-                  "detour (a).", "",
+                  "detour (a); headroom e = -log-prob of the expert's response without a hint on those steps (no "
+                  "hint can lift it more); 'find' steps: the object not yet in sight, where a hint naming its "
+                  "place helps most.",
+                  "",
                   "| policy | skill | gate, consistent steps | gate, detour steps | lift e | lift a | "
-                  "self-skill parse rate |", "|---|---|---|---|---|---|---|"]
+                  "headroom e | lift e, 'find' steps (n) | self-skill parse rate |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for name, p in res["probe"].items():
             for cond in ("own", "shuffled", "self"):
                 q = p.get(cond) or {}
                 lines.append(f"| {arm_label(name) if name in res['arms'] else name} | {cond} | "
                              f"{_f(q.get('gate_consistent'))} | {_f(q.get('gate_inconsistent'))} | "
                              f"{_f(q.get('lift_expert'), 2)} | {_f(q.get('lift_sampled'), 2)} | "
+                             f"{_f(q.get('headroom_expert'), 2)} | {_find_lift(q)} | "
                              f"{_f(p.get('self_parse_rate'), 2)} |")
     lines += ["", "## Training diagnostics (mean over seeds and updates)", "",
               "| arm | train-rollout success, first 3 updates | last 3 updates | expert-consistent actions, "

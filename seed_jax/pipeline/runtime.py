@@ -18,7 +18,8 @@ from seed_jax.train import xla_setup
 from seed_jax.train.config import ConfigError, TrainConfig
 
 # set by train_config below (the run's train.warmup_updates gives warmup_steps)
-_DERIVED = frozenset({"warmup_steps", "total_steps", "schedule_unit", "remat", "compute_dtype", "param_dtype"})
+_DERIVED = frozenset({"warmup_steps", "total_steps", "schedule_unit", "remat", "compute_dtype", "param_dtype",
+                      "temperature"})
 
 
 def setup_xla(config, workdir) -> dict:
@@ -32,8 +33,9 @@ def train_config(config, **overrides) -> TrainConfig:
     """The RL TrainConfig of a run config: every key of ``config.train`` (see `RUN_TRAIN_FIELDS`)
     plus the derived fields: the schedule counts RL updates (``schedule_unit = "update"``,
     ``warmup_steps = train.warmup_updates``, ``total_steps = rl.num_updates``, at least one more
-    than the warm-up), ``lambda_opd = 0`` for methods without OPD, and remat / dtypes from
-    ``config.model``."""
+    than the warm-up), ``lambda_opd = 0`` for methods without OPD, remat / dtypes from
+    ``config.model``, and the log-prob ``temperature`` = ``rollout.temperature`` (the policy the
+    rollouts were sampled from)."""
     kw = config.train.to_dict()
     warmup = kw.pop("warmup_updates", 0)
     unknown = sorted((set(kw) - {f.name for f in dataclasses.fields(TrainConfig)}) | (set(kw) & _DERIVED))
@@ -41,7 +43,7 @@ def train_config(config, **overrides) -> TrainConfig:
         raise ConfigError(f"config.train.{unknown[0]}: not a TrainConfig field a run sets "
                           f"(derived: {sorted(_DERIVED)})")
     kw.update(schedule_unit="update", warmup_steps=warmup, total_steps=max(config.rl.num_updates, warmup + 1),
-              **_model_fields(config))
+              temperature=float(config.rollout.temperature), **_model_fields(config))
     if not switches(config).opd:
         kw["lambda_opd"] = 0.0
     kw.update(overrides)

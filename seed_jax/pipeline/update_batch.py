@@ -137,7 +137,8 @@ def build_update_batch(
     P, Pt, R = samples.prompt_len, samples.teacher_prompt_len, samples.response_len
 
     def logprobs(params, ids, mask, prompt_len):
-        return compute_logprobs(params, model_cfg, ids, mask, prompt_len, R, micro_batch_size, mesh=mesh)
+        return compute_logprobs(params, model_cfg, ids, mask, prompt_len, R, micro_batch_size, mesh=mesh,
+                                temperature=tc.temperature)
 
     old = logprobs(old_params, samples.student_ids, samples.student_mask, P)
     ref = logprobs(ref_params, samples.student_ids, samples.student_mask, P) if tc.c_kl > 0 else None

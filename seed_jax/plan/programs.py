@@ -159,12 +159,12 @@ def logprob_program(name: str, model_cfg: ModelConfig, tc: TrainConfig, rows: in
     note = f"{rows} rows x {prompt_len}+{resp_len} tokens"
     if hosts == 1:
         _check_rows("train.micro_batch_size", rows, mesh)
-        fn = make_logprob_pass(cfg, prompt_len, resp_len, tc.logits_chunk, mesh)
+        fn = make_logprob_pass(cfg, prompt_len, resp_len, tc.logits_chunk, mesh, tc.temperature)
         p = with_sharding(params, param_shardings(cfg, mesh))
         ids = sds(ids_shape, jnp.int32, batch_sharding(mesh))
     else:
         one = replicated(Mesh(np.asarray(mesh.devices).reshape(-1)[:1].reshape(1, 1, 1), mesh.axis_names))
-        fn = make_logprob_pass(cfg, prompt_len, resp_len, tc.logits_chunk, None)
+        fn = make_logprob_pass(cfg, prompt_len, resp_len, tc.logits_chunk, None, tc.temperature)
         p = with_sharding(params, one)
         ids = sds(ids_shape, jnp.int32, one)
         note += f"; host-local on {hosts} hosts: whole parameters on one device"

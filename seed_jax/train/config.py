@@ -40,6 +40,10 @@ class TrainConfig:
     current parameters. ``remat`` (a policy name of `seed_jax.models.config.REMAT_POLICIES`, or
     a bool: True = "full") / ``compute_dtype`` / ``param_dtype`` override the model config
     (`apply_to`). ``logits_chunk``: response positions per LM-head chunk (None = auto).
+    ``temperature``: every log-prob of the step (student, teacher, and the old / reference
+    passes built with it) is of softmax(logits / temperature), the policy a sampler at that
+    temperature draws from; runs set it to ``rollout.temperature``, so the PPO ratio, the KL and
+    the OPD gate are those of the sampling policy (1.0: the paper's rollouts).
     ``warmup_steps`` and ``total_steps`` (the length of the cosine schedule) count schedule
     positions in ``schedule_unit``: optimizer steps (``"step"``) or RL updates (``"update"``,
     see `seed_jax.train.state`).
@@ -70,6 +74,7 @@ class TrainConfig:
     compute_dtype: str = "float32"
     param_dtype: str = "float32"
     logits_chunk: int | None = None
+    temperature: float = 1.0
 
     def __post_init__(self):
         def bad(field, msg):
@@ -109,6 +114,9 @@ class TrainConfig:
             bad("dual_clip", "must be > 1 or None")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             bad("micro_batch_size", "must be >= 1 or None")
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
+                and self.temperature > 0):
+            bad("temperature", "must be a finite number > 0")
         if self.logits_chunk is not None and self.logits_chunk < 1:
             bad("logits_chunk", "must be >= 1 or None")
         try:
@@ -156,7 +164,8 @@ RUN_TRAIN_FIELDS = ("lr", "weight_decay", "grad_clip", "schedule", "c_ent", "c_k
 The others are derived by the pipeline (the RL schedule counts updates: ``schedule_unit =
 "update"``, ``warmup_steps`` from the run's ``train.warmup_updates``, ``total_steps`` from the
 number of updates; ``remat``,
-``compute_dtype``, ``param_dtype`` from ``config.model``) or left at their defaults (Adam
+``compute_dtype``, ``param_dtype`` from ``config.model``; ``temperature`` from
+``rollout.temperature``) or left at their defaults (Adam
 moments, ``min_lr_ratio``, ``logits_chunk``), which a config may still set.
 """
 

@@ -8,7 +8,10 @@ with each chunk rematerialised), so ``[B, R, V]`` logits never exist at once::
 
     logp[b, j]    = z[b, j, ids[b, P + j]] - logsumexp_v z[b, j, v]
     entropy[b, j] = logsumexp_v z - sum_v softmax(z)_v z_v         (losses.entropy_from_logits)
-    with z[b, j] = W_out^T h[b, P - 1 + j]  (float32)
+    with z[b, j] = W_out^T h[b, P - 1 + j] / T  (float32)
+
+T is the sampling temperature (static, default 1): with T != 1 these are the log-probs and
+entropy of the tempered policy softmax(logits / T) that a sampler at temperature T draws from.
 
 Values at padded response positions are computed but meaningless; mask them.
 
@@ -44,9 +47,10 @@ def auto_chunk(batch: int, resp_len: int, vocab: int, budget: int = LOGITS_BUDGE
 
 
 def token_logprobs_from_hidden(params, cfg: ModelConfig, hidden: jax.Array, targets: jax.Array,
-                               chunk: int | None = None, with_entropy: bool = True):
+                               chunk: int | None = None, with_entropy: bool = True, temperature: float = 1.0):
     """``hidden [B, R, H]`` (already aligned: row j predicts ``targets[:, j]``) ->
-    ``(logp [B, R], entropy [B, R] or None)``, float32, LM head chunked over R.
+    ``(logp [B, R], entropy [B, R] or None)``, float32, LM head chunked over R, of the policy at
+    ``temperature`` (static; module docstring).
 
     Under `decoder.activation_sharding` the head runs per device on its own rows
     (``shard_map``): the head matrix enters gathered whole, its gradient is summed over the
@@ -54,7 +58,8 @@ def token_logprobs_from_hidden(params, cfg: ModelConfig, hidden: jax.Array, targ
     auto chunk is sized by the rows each device holds.
     """
     w, vocab_major = decoder.head_matrix(params, cfg)
-    head = functools.partial(_head_logprobs, chunk=chunk, with_entropy=with_entropy, vocab_major=vocab_major)
+    head = functools.partial(_head_logprobs, chunk=chunk, with_entropy=with_entropy, vocab_major=vocab_major,
+                             temperature=float(temperature))
     rows = decoder.row_context()
     if rows is None:
         return head(w, hidden, targets)
@@ -68,7 +73,7 @@ def token_logprobs_from_hidden(params, cfg: ModelConfig, hidden: jax.Array, targ
     return jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes), P(axes)), out_specs=P(axes))(w, hidden, targets)
 
 
-def _head_logprobs(w, hidden, targets, chunk, with_entropy, vocab_major):
+def _head_logprobs(w, hidden, targets, chunk, with_entropy, vocab_major, temperature=1.0):
     """`token_logprobs_from_hidden` on one device's rows with the whole head ``w``
     (`decoder.head_matrix`)."""
     B, R, H = hidden.shape
@@ -76,6 +81,8 @@ def _head_logprobs(w, hidden, targets, chunk, with_entropy, vocab_major):
 
     def piece(h, t):
         z = decoder.project_logits(h, w, vocab_major)  # [B, c, V] float32
+        if temperature != 1.0:
+            z = z / temperature
         lse = jax.nn.logsumexp(z, axis=-1)
         logp = jnp.take_along_axis(z, t[..., None], axis=-1)[..., 0] - lse
         ent = entropy_from_logits(z) if with_entropy else jnp.zeros_like(logp)
@@ -96,8 +103,10 @@ def _head_logprobs(w, hidden, targets, chunk, with_entropy, vocab_major):
 
 def response_logprobs(params, cfg: ModelConfig, ids: jax.Array, mask: jax.Array,
                       prompt_len: int, resp_len: int, chunk: int | None = None,
-                      with_entropy: bool = True, positions: jax.Array | None = None):
-    """``(logp [B, R], entropy [B, R] or None)`` of ``ids[:, P:P+R]`` (module docstring).
+                      with_entropy: bool = True, positions: jax.Array | None = None,
+                      temperature: float = 1.0):
+    """``(logp [B, R], entropy [B, R] or None)`` of ``ids[:, P:P+R]`` (module docstring), at the
+    sampling ``temperature`` (static).
 
     ``ids``/``mask`` are ``[B, P + R]``; positions default to ``positions_from_mask(mask)``.
     ``prompt_len``, ``resp_len``, ``chunk`` and ``with_entropy`` are static.
@@ -111,7 +120,7 @@ def response_logprobs(params, cfg: ModelConfig, ids: jax.Array, mask: jax.Array,
     h = decoder.hidden_states(params, cfg, ids, mask, positions)
     h = jax.lax.slice_in_dim(h, prompt_len - 1, prompt_len - 1 + resp_len, axis=1)
     targets = jax.lax.slice_in_dim(ids, prompt_len, prompt_len + resp_len, axis=1)
-    return token_logprobs_from_hidden(params, cfg, h, targets, chunk, with_entropy)
+    return token_logprobs_from_hidden(params, cfg, h, targets, chunk, with_entropy, temperature)
 
 
 @functools.lru_cache(maxsize=16)
@@ -153,8 +162,9 @@ def _already_placed(params, target, shardings) -> bool:
 
 @functools.lru_cache(maxsize=32)
 def make_logprob_pass(model_cfg: ModelConfig, prompt_len: int, resp_len: int, chunk: int | None = None,
-                      mesh=None):
-    """``pass(params, ids [B, P+R], mask [B, P+R]) -> logp [B, R]``: one jitted scoring pass.
+                      mesh=None, temperature: float = 1.0):
+    """``pass(params, ids [B, P+R], mask [B, P+R]) -> logp [B, R]``: one jitted scoring pass (of
+    the policy at the sampling ``temperature``).
 
     With a ``mesh``: params sharded by the parameter rules, rows over ('data', 'fsdp') in and
     out, activations constrained to rows (`decoder.activation_sharding`); the params are cast
@@ -164,7 +174,7 @@ def make_logprob_pass(model_cfg: ModelConfig, prompt_len: int, resp_len: int, ch
     def run(params, ids, mask):
         with decoder.activation_sharding(mesh if mesh is not None and mesh.size > 1 else None):
             return response_logprobs(decoder.cast_to_compute(params, model_cfg), model_cfg, ids, mask,
-                                     prompt_len, resp_len, chunk, with_entropy=False)[0]
+                                     prompt_len, resp_len, chunk, with_entropy=False, temperature=temperature)[0]
 
     if mesh is None:
         return jax.jit(run)
@@ -173,8 +183,9 @@ def make_logprob_pass(model_cfg: ModelConfig, prompt_len: int, resp_len: int, ch
 
 
 def compute_logprobs(params, cfg: ModelConfig, ids, mask, prompt_len: int, resp_len: int,
-                     micro_batch: int, chunk: int | None = None, mesh=None) -> np.ndarray:
-    """Host helper: ``logp [B, R]`` (numpy float32) in jitted passes of ``micro_batch`` rows.
+                     micro_batch: int, chunk: int | None = None, mesh=None, temperature: float = 1.0) -> np.ndarray:
+    """Host helper: ``logp [B, R]`` (numpy float32) in jitted passes of ``micro_batch`` rows, of
+    the policy at the sampling ``temperature``.
 
     For ``old_logp`` (theta_old), ``ref_logp`` (reference params) or ``teacher_logp``
     (theta_old on the teacher twins). The last micro-batch is padded to the static size with
@@ -194,7 +205,7 @@ def compute_logprobs(params, cfg: ModelConfig, ids, mask, prompt_len: int, resp_
                              f"data x fsdp mesh size {batch_divisor(mesh)}")
         sharding = batch_sharding(mesh)
         params = jax.device_put(params, param_shardings(cfg, mesh))
-    run = make_logprob_pass(cfg, prompt_len, resp_len, chunk, mesh)
+    run = make_logprob_pass(cfg, prompt_len, resp_len, chunk, mesh, float(temperature))
     outs = []
     for s in range(0, B, micro_batch):
         i, m = ids[s:s + micro_batch], mask[s:s + micro_batch]

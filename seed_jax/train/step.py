@@ -54,7 +54,7 @@ def seed_micro_loss(params, mb: SeedBatch, n_tokens, model_cfg: ModelConfig, tra
     rmask = mb.response_mask
     with jax.named_scope("student"):
         logp, ent = response_logprobs(params, model_cfg, mb.student_ids, mb.student_mask,
-                                      P, R, tc.logits_chunk, with_entropy=True)
+                                      P, R, tc.logits_chunk, with_entropy=True, temperature=tc.temperature)
     pg = losses.grpo_policy_loss(logp, mb.old_logp, mb.advantages, rmask,
                                  tc.clip_low, tc.clip_high, tc.dual_clip)
     ent_sum = losses.masked_sum(ent, rmask)
@@ -72,7 +72,7 @@ def seed_micro_loss(params, mb: SeedBatch, n_tokens, model_cfg: ModelConfig, tra
             with jax.named_scope("teacher"):
                 t_logp, _ = response_logprobs(jax.lax.stop_gradient(params), model_cfg,
                                               mb.teacher_ids, mb.teacher_mask, mb.teacher_prompt_len, R,
-                                              tc.logits_chunk, with_entropy=False)
+                                              tc.logits_chunk, with_entropy=False, temperature=tc.temperature)
         t_logp = jax.lax.stop_gradient(t_logp)
         opd_mask = rmask * (mb.has_skill[:, None] != 0)
         opd = losses.opd_loss(logp, t_logp, opd_mask, tc.beta_opd, response_mask=rmask)
