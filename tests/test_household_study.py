@@ -19,7 +19,8 @@ from experiments.household.bc import bc_batches, bc_examples, cycled_batches, ra
 from experiments.household.demos import noisy_episode, subgoal_text
 from experiments.household.experiment import arm_config, arms_of, link_shared, run_study, step_recorder
 from experiments.household.probe import _summary, subgoal_verb
-from experiments.household.report import T975, change_table, ci95, consistent_share, fmt_pct, mean_std
+from experiments.household.report import (T975, change_table, ci95, consistent_share, fmt_pct, mean_std,
+                                         repeat_share, start_changes)
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.rl import UpdateRecord
@@ -257,8 +258,10 @@ def test_probe_summary_hand_computed():
     assert s["lift_expert"] == pytest.approx((0.4 + -0.1) / 2)
     assert s["lift_sampled"] == pytest.approx((-0.2 + -0.4) / 2)
     assert s["headroom_expert"] == pytest.approx(0.75)  # only the row with plain log-probs counts
-    assert s["by_subgoal"] == {"find": {"steps": 1, "lift_expert": pytest.approx(0.4), "lift_sampled": pytest.approx(-0.2)},
-                               "put": {"steps": 1, "lift_expert": pytest.approx(-0.1), "lift_sampled": pytest.approx(-0.4)}}
+    assert s["by_subgoal"] == {"find": {"steps": 1, "lift_expert": pytest.approx(0.4), "lift_sampled": pytest.approx(-0.2),
+                                        "headroom_expert": None},
+                               "put": {"steps": 1, "lift_expert": pytest.approx(-0.1), "lift_sampled": pytest.approx(-0.4),
+                                       "headroom_expert": pytest.approx(0.75)}}
     assert _summary([], 5.0)["gate_consistent"] is None
     assert subgoal_verb("<think>put a hot apple in fridge. find the apple</think><action>go to x 1</action>") == "find"
     assert subgoal_verb("<think>put down the mug</think><action>look</action>") == "put"
@@ -279,6 +282,24 @@ def test_step_recorder_appends_compact_trajectories(tmp_path):
     resumed(UpdateRecord(4, [demo.to_trajectory("u4/hand-pick#2")], {}, {}, {}, {}))
     assert sorted(read_step_actions(tmp_path)) == ["u3/hand-pick#1", "u4/hand-pick#2"]
     assert read_step_actions(tmp_path / "nothing") == {}
+
+
+def test_repeat_share_hand_made(tmp_path):
+    """Two trajectories: actions (a, a, a) and (b, invalid, b, c): the repeats are steps 2 and 3
+    of the first (the invalid step breaks the second's run) -> 2 of 7 steps."""
+    from seed_jax.rollout.trajectory import StepSample, Trajectory, write_trajectories
+
+    def traj(i, acts):
+        steps = [StepSample(prompt_ids=[], response_ids=[], response_logprobs=[], response_text="", prompt_text="",
+                            raw_observation="", reward=0.0, valid=bool(a), action=a) for a in acts]
+        return Trajectory(task_id=f"t{i}", group_id=0, traj_id=f"t{i}", task_description="", steps=steps,
+                          episode_reward=0.0, won=False)
+
+    (tmp_path / "eval").mkdir()
+    write_trajectories(tmp_path / "eval" / "final_seen.trajectories.jsonl",
+                       [traj(0, ["go to a 1"] * 3), traj(1, ["look", "", "look", "go to c 1"])])
+    assert repeat_share(tmp_path, "final", "seen") == pytest.approx(2 / 7)
+    assert repeat_share(tmp_path, "final", "unseen") is None
 
 
 # ------------------------------------------------------------------ configs and arms
@@ -325,6 +346,11 @@ def test_change_table_hand_made():
     assert row == [f"| GRPO (stage-1 SFT, lambda_opd=0) | +20.0 [{20 - half:+.1f}, {20 + half:+.1f}] | "
                    "+10.0 [+10.0, +10.0] | 3 |"]
     assert change_table({**res, "arms": {}}, ["sft_grpo"]) == []
+    # paired: seed k's change is against the start evaluated with seed k (others: the common start)
+    paired = {**res, "start_by_seed": {"0": {"seen": 0.3, "unseen": 0.5}, "1": {"seen": 0.7, "unseen": None}}}
+    assert start_changes(paired, "sft_grpo", "seen") == pytest.approx([0.3, 0.0, 0.3])
+    assert start_changes(paired, "sft_grpo", "unseen") == pytest.approx([0.0, 0.1])
+    assert "same seed" in "\n".join(change_table(paired, ["sft_grpo"]))
 
 
 def test_link_shared(tmp_path):
@@ -374,6 +400,9 @@ def test_ci_study_end_to_end(tmp_path):
     assert "| GRPO" in md and "| SEED" in md and "stage-1 checkpoint" in md
     for f in ("results.json", "curves.png", "timings.json"):
         assert (tmp_path / f).exists()
+    # the start evaluated with each seed, paired with that seed's final evaluation
+    assert (tmp_path / "start" / "seed0" / "eval" / "checkpoint_unseen.json").exists()
+    assert set(res["start_by_seed"]) == {"0"} and "same seed" in md
     for arm in c.study.methods:
         wd = tmp_path / "arms" / arm / "seed0"
         assert (wd / "eval" / "final_seen.json").exists() and (wd / "eval" / f"rl_{c.rl.eval_every:06d}_unseen.json").exists()

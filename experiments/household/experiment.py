@@ -6,6 +6,9 @@ Layout of the output directory ``OUT``::
     stage0/eval/              pipeline eval of the stage-0 policy (seen, unseen)
     base/                     stage 1: collect (BC policy, T=0.4), scripted annotation,
                               SFT of the analyzer role, and the eval of that checkpoint (once)
+    start/seed<k>/            the stage-1 checkpoint evaluated with seed k: the same tasks and
+                              sampling streams as the final evaluation of every arm's seed k, so
+                              an arm's change from the start is paired per seed
     arms/<arm>/seed<k>/       one RL run: stage1/, sft/ and stages/{collect,annotate,sft}.json
                               copied from base/, then `run_pipeline(config, dir, "rl,eval")`
     probe.json                teacher probe of the stage-1 checkpoint and final GRPO / SEED policies
@@ -174,6 +177,14 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
         _timed(timings, "stage1", lambda: run_pipeline(c, base, "collect,annotate,sft,eval"))
         save_timings()
 
+    for seed in seeds:
+        wd = out / "start" / f"seed{seed}"
+        if not (wd / "stages" / "eval.json").exists():
+            c = copy.deepcopy(config)
+            c.method, c.seed = "sft_grpo", int(seed)
+            c.eval.checkpoint = str(base / "sft" / "model")
+            _timed(timings, f"start/seed{seed}", functools.partial(run_pipeline, c, wd, "eval"))
+            save_timings()
     for arm in arms:
         for seed in seeds:
             wd = out / "arms" / arm.replace("@", "_l") / f"seed{seed}"

@@ -82,14 +82,18 @@ def _summary(rows: Sequence[dict], beta: float) -> dict:
     for r in inc:
         if r.get("subgoal"):
             by_subgoal.setdefault(r["subgoal"], []).append(r)
+    def headroom(sel):
+        vals = [-r["l0_e"].sum() for r in sel if "l0_e" in r]
+        return float(np.mean(vals)) if vals else None
+
     return {"steps_consistent": len(cons), "steps_inconsistent": len(inc),
             "gate_consistent": gate(cons), "gate_inconsistent": gate(inc),
             "lift_expert": float(np.mean([r["d_e"].sum() for r in inc])) if inc else None,
             "lift_sampled": float(np.mean([r["d_a"].sum() for r in inc])) if inc else None,
-            "headroom_expert": (float(np.mean([-r["l0_e"].sum() for r in inc if "l0_e" in r]))
-                                if any("l0_e" in r for r in inc) else None),
+            "headroom_expert": headroom(inc),
             "by_subgoal": {k: {"steps": len(v), "lift_expert": float(np.mean([r["d_e"].sum() for r in v])),
-                               "lift_sampled": float(np.mean([r["d_a"].sum() for r in v]))}
+                               "lift_sampled": float(np.mean([r["d_a"].sum() for r in v])),
+                               "headroom_expert": headroom(v)}
                            for k, v in sorted(by_subgoal.items())}}
 
 

@@ -25,6 +25,7 @@ from experiments.household.audit import audit_run, consistency_by_update, read_s
 from seed_jax.metrics import METRICS_FILE, MetricsWriter
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.report import collect_series, new_figure, save_figure
+from seed_jax.rollout.trajectory import iter_trajectories
 
 ARM_LABELS = {"sft_grpo": "GRPO (stage-1 SFT, lambda_opd=0)", "seed": "SEED", "seed_static": "SEED-static",
               "seed_shuffled": "SEED-shuffled"}
@@ -46,6 +47,21 @@ def eval_success(workdir: Path, tag: str, split: str) -> float | None:
     if not f.exists():
         return None
     return float(json.loads(f.read_text())["results"]["overall"]["success_rate"])
+
+
+def repeat_share(workdir: Path, tag: str, split: str) -> float | None:
+    """Share of evaluation steps whose command repeats the step before's (same valid command
+    twice in a row: in the household a repeat is never needed, and a repeated command that is
+    not admissible loops on 'Nothing happens.'). None when the trajectories file is missing."""
+    f = workdir / "eval" / f"{tag}_{split}.trajectories.jsonl"
+    if not f.exists():
+        return None
+    rep = n = 0
+    for t in iter_trajectories(f):
+        acts = [s.action if s.valid else "" for s in t.steps]
+        rep += sum(1 for a, b in zip(acts, acts[1:]) if b and a == b)
+        n += len(acts)
+    return rep / n if n else None
 
 
 def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None, int]:
@@ -92,7 +108,14 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
                  "seeds": list(seeds), "arms": {},
                  "eval_tasks_per_split": int(config.eval.num_tasks or config.env.num_eval_tasks)}
     res["stage0"] = {s: eval_success(out / "stage0" / "eval_run", "checkpoint", s) for s in splits}
-    res["start"] = {s: eval_success(out / "base", "final", s) for s in splits}
+    res["start_base"] = {s: eval_success(out / "base", "final", s) for s in splits}
+    # the stage-1 checkpoint evaluated with each seed's tasks and sampling streams (start/seed<k>)
+    res["start_by_seed"] = {str(k): {s: eval_success(out / "start" / f"seed{k}", "checkpoint", s) for s in splits}
+                            for k in seeds if (out / "start" / f"seed{k}").exists()}
+    res["start_repeats"] = {s: mean_std([repeat_share(out / "start" / f"seed{k}", "checkpoint", s)
+                                         for k in res["start_by_seed"]])[0] for s in splits}
+    res["start"] = {s: (mean_std([v[s] for v in res["start_by_seed"].values()])[0] if res["start_by_seed"]
+                        else res["start_base"][s]) for s in splits}
     res["probe"] = json.loads((out / "probe.json").read_text()) if (out / "probe.json").exists() else None
     for name, p in (("stage0_summary", out / "stage0" / "policy" / "stage0.json"),
                     ("stage1_collect", out / "base" / "stages" / "collect.json"),
@@ -111,6 +134,7 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
             actions = read_step_actions(wd)
             per_seed[str(seed)] = {
                 "final": {s: eval_success(wd, "final", s) for s in splits},
+                "final_repeats": {s: repeat_share(wd, "final", s) for s in splits},
                 "mid": {s: eval_success(wd, mid_tag, s) for s in splits} if mid_tag else {},
                 "train_success": recs.get("rollout/success_rate", {}),
                 "parse_rate": recs.get("analysis/parse_rate", {}),
@@ -160,12 +184,17 @@ def consistent_share(per_seed: Sequence[dict], lo: int, hi: int) -> float | None
 
 
 def start_changes(res: dict, arm: str, split: str, point: str = "final") -> list[float]:
-    """Per seed, the arm's success at ``point`` minus the stage-1 start's, on ``split``."""
-    start = res["start"].get(split)
-    if start is None:
-        return []
-    return [d[point][split] - start for d in res["arms"].get(arm, {}).values()
-            if d.get(point) and d[point].get(split) is not None]
+    """Per seed k, the arm's success at ``point`` minus the stage-1 start's on ``split``: the
+    start evaluated with seed k (``start_by_seed``) when there is one, else the common start."""
+    out = []
+    for seed, d in res["arms"].get(arm, {}).items():
+        if not d.get(point) or d[point].get(split) is None:
+            continue
+        start = (res.get("start_by_seed") or {}).get(seed, {}).get(split)
+        start = res["start"].get(split) if start is None else start
+        if start is not None:
+            out.append(d[point][split] - start)
+    return out
 
 
 def fmt_ci(mean: float | None, half: float | None) -> str:
@@ -188,15 +217,22 @@ def change_table(res: dict, arms: Sequence[str]) -> list[str]:
                         + f" | {max(n for _, _, n in cells)} |")
     if not rows:
         return []
-    return (["", "Change from the stage-1 start at the final update (points; mean over seeds [95 % t-interval "
-             "of the mean]; the start is one evaluation, whose own error is the noise floor below):", "",
+    paired = bool(res.get("start_by_seed"))
+    how = ("each seed's final evaluation minus the stage-1 checkpoint's evaluation with the same seed (same "
+           "tasks and sampling streams)" if paired else
+           "the start is one evaluation, whose own error is the noise floor below")
+    return (["", f"Change from the stage-1 start at the final update (points; mean over seeds [95 % t-interval "
+             f"of the mean]; {how}):", "",
              "| arm | " + " | ".join(splits) + " | seeds |", "|---|" + "---|" * len(splits) + "---|"] + rows)
 
 
 def _find_lift(probe_condition: dict) -> str:
     """'lift_e (n)' on the probe's detour steps whose subgoal is 'find' ('-' when none)."""
     f = (probe_condition.get("by_subgoal") or {}).get("find")
-    return f"{f['lift_expert']:.2f} ({f['steps']})" if f else "-"
+    if not f:
+        return "-"
+    room = f" / {f['headroom_expert']:.2f}" if f.get("headroom_expert") is not None else ""
+    return f"{f['lift_expert']:.2f}{room} ({f['steps']})"
 
 
 def _f(x, digits=3):
@@ -212,7 +248,9 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
              f"{U} RL updates, '60 %' = after update {mid}.", ""]
     head = ["arm"] + [f"{s} @{mid}" for s in splits] + [f"{s} @{U}" for s in splits]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, key in (("stage-0 BC policy", "stage0"), ("stage-1 checkpoint (start of every arm)", "start")):
+    n_start = len(res.get("start_by_seed") or {})
+    start_name = "stage-1 checkpoint (start of every arm)" + (f", mean of {n_start} seeded evals" if n_start > 1 else "")
+    for name, key in (("stage-0 BC policy", "stage0"), (start_name, "start")):
         vals = [fmt_pct(res[key].get(s), None) for s in splits]
         lines.append("| " + " | ".join([name] + vals + vals) + " |")
     for arm in arms:
@@ -222,6 +260,13 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
         cells += [fmt_pct(*_agg(res, arm, "final", s)[:2]) for s in splits]
         lines.append("| " + " | ".join([arm_label(arm)] + cells) + " |")
     lines += change_table(res, arms)
+    if any(v is not None for v in (res.get("start_repeats") or {}).values()):
+        lines += ["", "Repeated commands in the evaluation (share of steps repeating the step before's command; "
+                  "mean over seeds): start " + ", ".join(f"{s} {_f(res['start_repeats'].get(s))}" for s in splits)
+                  + "; " + "; ".join(
+                      f"{arm_label(arm)} " + ", ".join(
+                          f"{s} {_f(mean_std([d.get('final_repeats', {}).get(s) for d in res['arms'][arm].values()])[0])}"
+                          for s in splits) for arm in arms if res["arms"].get(arm)) + "."]
     n_eval = res.get("eval_tasks_per_split")
     p0 = [res["start"].get(s) for s in splits if res["start"].get(s) is not None]
     if n_eval and p0:
@@ -260,7 +305,7 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
                   "place helps most.",
                   "",
                   "| policy | skill | gate, consistent steps | gate, detour steps | lift e | lift a | "
-                  "headroom e | lift e, 'find' steps (n) | self-skill parse rate |",
+                  "headroom e | lift e / headroom e, 'find' steps (n) | self-skill parse rate |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for name, p in res["probe"].items():
             for cond in ("own", "shuffled", "self"):
