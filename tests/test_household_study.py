@@ -19,8 +19,16 @@ from experiments.household.bc import bc_batches, bc_examples, cycled_batches, ra
 from experiments.household.demos import noisy_episode, subgoal_text
 from experiments.household.experiment import arm_config, arms_of, link_shared, run_study, step_recorder
 from experiments.household.probe import _summary, subgoal_verb
-from experiments.household.report import (T975, change_table, ci95, consistent_share, fmt_pct, mean_std,
-                                         repeat_share, start_changes)
+from experiments.household.report import (
+    T975,
+    change_table,
+    ci95,
+    consistent_share,
+    fmt_pct,
+    mean_std,
+    repeat_share,
+    start_changes,
+)
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.rl import UpdateRecord
