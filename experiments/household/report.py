@@ -4,7 +4,7 @@ Success figures are evaluation success rates (temperature ``eval.temperature``, 
 the prompt, every task of the split once) of
 
 - the stage-0 BC policy and the stage-1 checkpoint (the common start of every arm);
-- each arm at 60 % of the updates (``eval/rl_<eval_every>_<split>.json``, written inside the
+- each arm at the mid-point (``rl.eval_every``) (``eval/rl_<eval_every>_<split>.json``, written inside the
   RL stage) and at the final update (``eval/final_<split>.json``, the eval stage).
 
 Across seeds: mean and sample standard deviation (ddof = 1; '-' for one seed), in percent.
@@ -106,7 +106,8 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
     mid_tag = f"rl_{config.rl.eval_every:06d}" if config.rl.eval_every else None
     res: dict = {"splits": list(splits), "num_updates": config.rl.num_updates, "mid_update": config.rl.eval_every,
                  "seeds": list(seeds), "arms": {},
-                 "eval_tasks_per_split": int(config.eval.num_tasks or config.env.num_eval_tasks)}
+                 "eval_tasks_per_split": int(config.eval.num_tasks or config.env.num_eval_tasks),
+                 "rollout_temperature": float(config.rollout.temperature)}
     res["stage0"] = {s: eval_success(out / "stage0" / "eval_run", "checkpoint", s) for s in splits}
     res["start_base"] = {s: eval_success(out / "base", "final", s) for s in splits}
     # the stage-1 checkpoint evaluated with each seed's tasks and sampling streams (start/seed<k>)
@@ -245,7 +246,7 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
     n_seeds = len(res["seeds"])
     lines = ["# Household study: SEED vs GRPO from one stage-1 checkpoint", "",
              f"Success rate (%) on the evaluation splits, mean ± std over {n_seeds} seed(s); "
-             f"{U} RL updates, '60 %' = after update {mid}.", ""]
+             f"{U} RL updates, columns @{mid} = the evaluation after update {mid}.", ""]
     head = ["arm"] + [f"{s} @{mid}" for s in splits] + [f"{s} @{U}" for s in splits]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     n_start = len(res.get("start_by_seed") or {})
@@ -350,7 +351,7 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
 def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
     """Left: training-rollout success per update (mean over seeds, band = ±1 std, 3-update
     moving average). Middle: share of expert-consistent rollout actions per update (pooled
-    over seeds). Right: eval success at the start, 60 % and final update per split."""
+    over seeds). Right: eval success at the start, mid-point and final update per split."""
     fig, axes = new_figure(1, 3, (17.0 / 3, 4.4))
     ax, ax3, ax2 = axes[0]
     U, mid = res["num_updates"], res["mid_update"]
@@ -379,7 +380,7 @@ def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
                 ys.append(_agg(res, arm, point, split)[0])
             ax2.plot(xs, [np.nan if y is None else y for y in ys], style, label=f"{arm_label(arm)} / {split}")
     ax.set_xlabel("RL update")
-    ax.set_ylabel("training-rollout success (T=1.0)")
+    ax.set_ylabel(f"training-rollout success (T={res.get('rollout_temperature', 1.0):g})")
     ax.set_title("Learning curves (mean ± std over seeds, 3-update average)")
     ax.legend(fontsize=7)
     ax3.set_xlabel("RL update")
