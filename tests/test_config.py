@@ -237,7 +237,8 @@ if __name__ == "__main__":  # re-record the fixtures (a deliberate change to a p
 
 
 @pytest.mark.parametrize("key,value", [("model.remat", "most"), ("model.attention", "flash"), ("mesh.fsdp", 0),
-                                       ("mesh.fsdp", -2)])
+                                       ("mesh.fsdp", -2), ("rollout.temperature", 0.0),
+                                       ("rollout.temperature", -1.0), ("eval.temperature", -0.1)])
 def test_a_bad_scale_key_is_rejected_naming_it(key, value):
     c = _config("search:tiny")
     set_keys(c, {key: value})

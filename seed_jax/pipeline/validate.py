@@ -54,9 +54,12 @@ def validate(config, hosts: int = 1) -> None:
                 "env.num_workers", "train.warmup_updates", "rl.transcripts_per_update"):
         if _get(config, key) < 0:
             bad(key, "must be >= 0")
-    for key in ("rollout.temperature", "stage1.temperature", "eval.temperature"):
+    for key in ("stage1.temperature", "eval.temperature"):
         if _get(config, key) < 0:
             bad(key, "must be >= 0")
+    if not config.rollout.temperature > 0:
+        bad("rollout.temperature", "must be > 0 (the RL update scores the sampling policy softmax(logits / T); "
+                                   "greedy rollouts have no such policy)")
     tracking = config.get("tracking")
     if tracking is not None and tracking.wandb_mode not in WANDB_MODES:
         bad("tracking.wandb_mode", f"must be one of {', '.join(repr(m) for m in WANDB_MODES)}")
