@@ -6,7 +6,9 @@ Also usable with the launcher once ``model.path`` points at a stage-0 policy dir
 Presets:
 
 - ``study``: the experiment (stage 0 BC, stage 1 with the scripted analyzer, RL arms of
-  `experiments.household.experiment`); about an hour on 2 CPU cores;
+  `experiments.household.experiment`); on 2 CPU cores (AMD, no AMX) stage 0 takes
+  about 14 min, each RL run of an arm and seed 13-22 min (alone / two at a time): the GRPO arm over
+  5 seeds about 1.5 h, all four arms several hours;
 - ``ci``: the same study at toy scale, about two minutes;
 - ``tiny``: the smallest settings that still run every stage (tests of the plumbing).
 
