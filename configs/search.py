@@ -25,9 +25,11 @@ def get_config(preset: str = "local"):
     return with_preset(
         c, preset,
         # the 135M policy needs the format warm-up (docs/METHOD.md §2.4) and room for a <think> and a
-        # question-long query; two turns (search, then answer) as the warm-up shows; evaluation
-        # takes the whole vendored held-out split (20 questions)
-        local=dict(stage1_tasks=8, max_steps=2, prompt_tokens=512, analysis_prompt_tokens=512, eval_tasks=20,
+        # question-long query; two turns (search, then answer) as the warm-up shows; the answer
+        # turn's prompt (question + 3 HotpotQA passages) is 372-905 SmolLM2 tokens: a 1024 cap keeps
+        # the question in it (512 cut it from 80% of them); evaluation takes the whole vendored
+        # held-out split (20 questions)
+        local=dict(stage1_tasks=8, max_steps=2, prompt_tokens=1024, analysis_prompt_tokens=512, eval_tasks=20,
                    response_tokens=64, format_warmup_tasks=16),
         # the paper trains on Search-R1's NQ + HotpotQA data and evaluates on seven QA test sets:
         # their files are required (env.data_dir), never the vendored sample

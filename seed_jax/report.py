@@ -21,6 +21,7 @@ has data, and other keys are listed in the table as well):
 ``rollout/return``              mean episode return
 ``rollout/episode_length``      mean number of agent turns per episode
 ``rollout/invalid_rate``        share of actions that failed to parse / were invalid
+``rollout/prompt_cut_rate``     share of steps whose prompt lost tokens to the left truncation
 ``rollout/env_errors``          number of environment errors in the update
 ``analysis/parse_rate``         share of analyses whose skill parsed (0..1)
 ``train/*``                     the PPO steps of the update pooled exactly: token means over every
@@ -84,7 +85,7 @@ from seed_jax.rollout.trajectory import read_trajectories
 
 CONTRACT_KEYS: tuple[str, ...] = (
     "rollout/success_rate", "rollout/return", "rollout/episode_length", "rollout/invalid_rate",
-    "rollout/env_errors", "analysis/parse_rate", "train/loss", "train/pg_loss", "train/opd_loss",
+    "rollout/prompt_cut_rate", "rollout/env_errors", "analysis/parse_rate", "train/loss", "train/pg_loss", "train/opd_loss",
     "train/gate_mean", "train/gate_gt_half", "train/active_share", "train/teacher_gap", "train/kl",
     "train/entropy", "train/grad_norm", "train/lr", "perf/rollout_tokens_per_s", "perf/train_tokens_per_s",
     "time/rollout", "time/analysis", "time/batch", "time/train", "eval/success_rate",
@@ -93,7 +94,7 @@ CONTRACT_KEYS: tuple[str, ...] = (
 BEST: dict[str, str] = {
     "rollout/success_rate": "max", "rollout/return": "max", "analysis/parse_rate": "max",
     "perf/rollout_tokens_per_s": "max", "perf/train_tokens_per_s": "max", "eval/success_rate": "max",
-    "rollout/invalid_rate": "min", "rollout/env_errors": "min",
+    "rollout/invalid_rate": "min", "rollout/prompt_cut_rate": "min", "rollout/env_errors": "min",
 }
 EVAL_DIR = "eval"
 REPORT_DIR = "report"

@@ -82,7 +82,9 @@ def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
         assert t.task_description
         for s in t.steps:
             # reference: SmolLM2's chat layout written out, tokenized by the tokenizer alone
-            assert s.prompt_ids == smol_tokenizer(chatml(s.prompt_text), add_special_tokens=False)["input_ids"][-1024:]
+            full = smol_tokenizer(chatml(s.prompt_text), add_special_tokens=False)["input_ids"]
+            assert s.prompt_ids == full[-1024:]
+            assert (s.prompt_tokens, s.prompt_cut) == (len(full), len(full) > 1024)
             assert 1 <= len(s.response_ids) <= 12 and len(s.response_logprobs) == len(s.response_ids)
             assert s.penalty == (0.0 if s.valid else spec.invalid_penalty)
         assert t.episode_reward == pytest.approx(sum(s.reward for s in t.steps))

@@ -21,7 +21,7 @@ def test_search_demonstration_is_what_the_env_accepts_and_rewards(search_env):
     """Each scripted turn parses as a valid action of the env's own parser, the second turn's
     prompt is the env's prompt after the search (the retrieved passages in it), and replaying
     the two responses on a fresh episode wins (exact match with the golden answer)."""
-    task = load_default_tasks()[1]
+    task = next(t for t in load_default_tasks() if demonstration(search_env, t))  # one the passages answer
     (p1, r1), (p2, r2) = demonstration(search_env, task)
     a1, a2 = parse_action(r1, ("search", "answer")), parse_action(r2, ("search", "answer"))
     assert (a1.valid, a1.kind, a1.text) == (True, "search", " ".join(task["question"].split()))
@@ -36,6 +36,35 @@ def test_search_demonstration_is_what_the_env_accepts_and_rewards(search_env):
     assert (r, done, info["won"]) == (1.0, True, True)
 
 
+def test_demonstrations_only_answer_from_the_passages(search_env):
+    """A task is demonstrated only when its golden answer is in the retrieved passages (checked
+    here by plain lower-case search in the prompt, independently of the SQuAD normalisation),
+    and then the answer turn gives that answer; the split holds both kinds."""
+    shown = hidden = 0
+    for task in load_default_tasks()[:30]:
+        turns = demonstration(search_env, task)
+        search_env.reset(task)
+        search_env.step(f"<search> {' '.join(task['question'].split())} </search>")
+        info = search_env.build_prompt().split("<information>", 1)[1].split("</information>")[0].lower()
+        present = [g for g in task["golden_answers"] if g.lower() in info]
+        if turns:
+            shown += 1
+            assert parse_action(turns[1][1], ("search", "answer")).text.lower() in info
+        else:
+            hidden += 1
+            assert not any(f" {g.lower()} " in f" {info} " for g in present if g.isalnum())
+    assert shown >= 8 and hidden >= 8
+
+
+def test_grounded_answer_normalises_and_needs_whole_words():
+    from envs.search.demos import grounded_answer
+
+    assert grounded_answer('Doc 1(Title: "X") It was the Pizza Hut, founded 1958.', ["pizza hut"]) == "pizza hut"
+    assert grounded_answer("Doc 1 Botswana.", ["Angola", "Botswana"]) == "Botswana"
+    assert grounded_answer("born in 19650 somewhere", ["1965"]) is None  # not a whole word
+    assert grounded_answer("nothing here", ["yes"]) is None
+
+
 def test_format_demonstrations_follow_the_config(tmp_path):
     from configs.search import get_config
     from seed_jax.pipeline.run import Run
@@ -46,8 +75,37 @@ def test_format_demonstrations_follow_the_config(tmp_path):
     demos = format_demonstrations(Run(c, tmp_path))
     assert len(demos) == 6
     assert [parse_action(d.answer, ("search", "answer")).kind for d in demos] == ["search", "answer"] * 3
+    # every answer is read off the passages of its own prompt
+    assert all(parse_action(a.answer, ("answer",)).text.lower()
+               in a.prompt.split("<information>", 1)[1].split("</information>")[0].lower() for a in demos[1::2])
+    c.stage1.format_warmup_tasks = 200  # more than the split has demonstrations for: all of them, once
+    many = format_demonstrations(Run(c, tmp_path))
+    assert 16 <= len(many) // 2 < 80 and len({d.prompt for d in many}) == len(many)
     c.stage1.format_warmup_tasks = 0
     assert format_demonstrations(Run(c, tmp_path)) == []
+
+
+def test_local_search_prompts_keep_the_question(smol_tokenizer):
+    """The default run's prompt cap holds the answer turn's whole prompt (question + the three
+    passages of a search for it) for every vendored question, so left truncation never cuts the
+    question away; the old 512 cap did for most of them."""
+    from configs.search import get_config
+    from envs.search import SearchEnv
+    from envs.search.factory import RetrieverSpec, build_retriever
+    from seed_jax.rollout.loop import make_prompt_encoder
+
+    cap = get_config("local").rollout.max_prompt_tokens
+    env = SearchEnv(build_retriever(RetrieverSpec.from_dict({"kind": "bm25"})))
+    encode = make_prompt_encoder(smol_tokenizer)
+    lengths, kept = [], 0
+    for task in load_default_tasks():
+        env.reset(task)
+        env.step(f"<search> {env.task_description} </search>")
+        ids = encode(env.build_prompt())
+        lengths.append(len(ids))
+        kept += env.task_description in smol_tokenizer.decode(ids[-cap:])
+    assert kept == len(lengths) and max(lengths) <= cap
+    assert sum(n > 512 for n in lengths) > len(lengths) // 2
 
 
 def _record(metrics, update=2):

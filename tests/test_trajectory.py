@@ -18,7 +18,7 @@ def _traj(k: int) -> Trajectory:
     steps = [
         StepSample(prompt_ids=[1, 2, 3], response_ids=[4, 5], response_logprobs=[-0.25, -1.5],
                    response_text="<action>go</action>", prompt_text="Your task is to: é ✓",
-                   raw_observation="obs 中", valid=False, reward=0.0, penalty=0.1, action=""),
+                   raw_observation="obs 中", valid=False, reward=0.0, penalty=0.1, action="", prompt_tokens=5),
         StepSample(prompt_ids=[6], response_ids=[7], response_logprobs=[-0.125],
                    response_text="<action>take</action>", prompt_text="p2",
                    raw_observation="obs2", valid=True, reward=10.0, action="take"),
@@ -38,6 +38,18 @@ def test_round_trip_and_scores(tmp_path):
     t = trajs[0]
     assert t.num_steps == 2 and t.total_penalty == pytest.approx(0.1)
     assert [s.penalty for s in t.steps] == [pytest.approx(0.1), 0.0] and t.episode_reward == 10.0
+    # 5 tokens before the cut, 3 kept: cut; an unrecorded length (older records) is not counted as cut
+    assert [s.prompt_cut for s in t.steps] == [True, False] and t.steps[1].prompt_tokens == -1
+
+
+def test_summaries_count_cut_prompts():
+    from seed_jax.pipeline.evaluate import summarize
+    from seed_jax.pipeline.stage1 import rollout_summary
+
+    trajs = [_traj(0), _traj(1)]  # 4 steps, 2 of them cut
+    assert rollout_summary(trajs)["prompt_cut_rate"] == 0.5
+    assert summarize(trajs)["overall"]["prompt_cut_rate"] == 0.5
+    assert summarize(trajs)["overall"]["invalid_rate"] == 0.5
 
 
 def test_bad_records_fail_clearly(tmp_path):

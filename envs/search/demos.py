@@ -6,26 +6,47 @@ on a real `SearchEnv` and returns each turn's (prompt, response) pair, with the 
 as the policy will see it in a rollout (``env.build_prompt()``):
 
     turn 1: <think> SEARCH_THOUGHT </think>\\n<search> q </search>           (q: the question)
-    turn 2: <think> ANSWER_THOUGHT </think>\\n<answer> golden_answers[0] </answer>
+
+where g is the first golden answer the passages of turn 2 hold.
+    turn 2: <think> ANSWER_THOUGHT </think>\\n<answer> g </answer>
 
 The second turn's prompt holds the passages the retriever returned for q; the golden answer
-comes from the task, so demonstrations are built from training tasks only.
+comes from the task, so demonstrations are built from training tasks only. A task is shown only
+when those passages hold a golden answer (`grounded_answer`: SQuAD-normalised, as whole words): the
+script then teaches reading the answer off the passages, never stating one they do not give
+(for the vendored training split: 42 of 80 questions).
 """
 
 from __future__ import annotations
 
 from envs.search.env import SearchEnv
+from envs.search.reward import normalize_answer
 
 SEARCH_THOUGHT = "I need to look this up."
 ANSWER_THOUGHT = "The information answers it."
 
 
+def grounded_answer(text: str, golden_answers) -> str | None:
+    """The first golden answer that occurs in ``text`` as whole words, both SQuAD-normalised
+    (`envs.search.reward.normalize_answer`); None when none does."""
+    hay = f" {normalize_answer(text)} "
+    for a in golden_answers:
+        g = normalize_answer(str(a))
+        if g and f" {g} " in hay:
+            return str(a)
+    return None
+
+
 def demonstration(env: SearchEnv, task: dict) -> list[tuple[str, str]]:
-    """``[(prompt_1, search response), (prompt_2, answer response)]`` of the script above."""
+    """``[(prompt_1, search response), (prompt_2, answer response)]`` of the script above; ``[]``
+    when the passages the search returns hold no golden answer (`grounded_answer`)."""
     env.reset(task)
     first_prompt = env.build_prompt()
     search = f"<think> {SEARCH_THOUGHT} </think>\n<search> {env.task_description} </search>"
-    env.step(search)
+    information, *_ = env.step(search)
+    golden = grounded_answer(information, task["golden_answers"])
+    if golden is None:
+        return []
     second_prompt = env.build_prompt()
-    answer = f"<think> {ANSWER_THOUGHT} </think>\n<answer> {task['golden_answers'][0]} </answer>"
+    answer = f"<think> {ANSWER_THOUGHT} </think>\n<answer> {golden} </answer>"
     return [(first_prompt, search), (second_prompt, answer)]

@@ -3,7 +3,7 @@
 Each split gives ``eval/<tag>_<split>.json`` in the schema `seed_jax.report` reads::
 
     {"stage_or_step": tag, "split": split,
-     "results": {"overall": {"success_rate", "return", "score", "episode_length", "invalid_rate", "n"},
+     "results": {"overall": {"success_rate", "return", "score", "episode_length", "invalid_rate", "prompt_cut_rate", "n"},
                  "per_type": {task_type: {"success_rate", "n"}}}}
 
 and ``eval/<tag>_<split>.trajectories.jsonl`` the episodes themselves (prompts, responses,
@@ -28,6 +28,7 @@ from seed_jax.rollout.trajectory import write_trajectories
 
 def summarize(trajs) -> dict:
     ok = [t for t in trajs if not t.env_error]
+    steps = [s for t in ok for s in t.steps]
     per = defaultdict(list)
     for t in ok:
         per[t.info.get("task_type") or "all"].append(t.won)
@@ -35,8 +36,8 @@ def summarize(trajs) -> dict:
     overall = {"success_rate": float(np.mean([t.won for t in ok])) if ok else 0.0,
                "return": float(np.mean([t.episode_reward for t in ok])) if ok else 0.0,
                "episode_length": float(np.mean([len(t.steps) for t in ok])) if ok else 0.0,
-               "invalid_rate": float(np.mean([not s.valid for t in ok for s in t.steps])) if any(t.steps for t in ok)
-               else 0.0,
+               "invalid_rate": float(np.mean([not s.valid for s in steps])) if steps else 0.0,
+               "prompt_cut_rate": float(np.mean([s.prompt_cut for s in steps])) if steps else 0.0,
                "n": len(ok), "env_errors": len(trajs) - len(ok)}
     if scores:
         overall["score"] = float(np.mean(scores))

@@ -37,6 +37,7 @@ def rollout_summary(trajs) -> dict:
         "return": float(np.mean([t.episode_reward for t in ok])) if ok else 0.0,
         "episode_length": float(np.mean([len(t.steps) for t in ok])) if ok else 0.0,
         "invalid_rate": float(np.mean([not s.valid for s in steps])) if steps else 0.0,
+        "prompt_cut_rate": float(np.mean([s.prompt_cut for s in steps])) if steps else 0.0,
         "env_errors": float(sum(t.env_error for t in trajs)),
         "trajectories": float(len(trajs)),
     }
@@ -140,14 +141,28 @@ class Demonstration:
 
 
 def format_demonstrations(run: Run) -> list[Demonstration]:
-    """The format warm-up's SFT examples: the env's scripted turns on ``stage1.format_warmup_tasks``
-    training tasks (a seeded sample); [] when 0 or the env has no demonstrations."""
+    """The format warm-up's SFT examples: the env's scripted turns on the first
+    ``stage1.format_warmup_tasks`` training tasks, in a seeded order, that the env has a
+    demonstration for (the search env shows only tasks its retriever answers); fewer when the split
+    runs out; [] when 0 or the env has no demonstrations."""
     c = run.config
     n = c.stage1.format_warmup_tasks
     if n <= 0 or run.bench.demonstrations is None:
         return []
-    tasks = run.bench.tasks(run.bench.train_split, limit=n, seed=c.seed + 1)
-    return [Demonstration(p, a, t) for task in tasks for t, (p, a) in enumerate(run.bench.demonstrations([task]))]
+    tasks = list(run.bench.tasks(run.bench.train_split))
+    random.Random(f"{c.seed + 1}:demonstrations").shuffle(tasks)
+    out, shown = [], 0
+    for task in tasks:
+        turns = run.bench.demonstrations([task])
+        if turns:
+            out += [Demonstration(p, a, t) for t, (p, a) in enumerate(turns)]
+            shown += 1
+            if shown == n:
+                break
+    if shown < n:
+        log.warning("format warm-up: %d of stage1.format_warmup_tasks = %d training tasks have a demonstration",
+                    shown, n)
+    return out
 
 
 def sft_epoch_batches(groups, encode_prompt, tokenizer, batch_size: int, seed: int, epoch: int) -> list:

@@ -26,6 +26,11 @@ def _f(x, fmt: str = "{:.2f}") -> str:
     return "-" if x is None else fmt.format(float(x))
 
 
+def _cut(rate) -> str:
+    """The share of prompts the token cap cut (left truncation), when any were."""
+    return f", {_pct(rate)} of prompts cut to rollout.max_prompt_tokens" if rate else ""
+
+
 def stage_sentence(stage: str, s: Mapping, config) -> str:
     """One plain sentence of what ``stage`` did, from its summary ``s``."""
     if "skipped" in s:
@@ -34,7 +39,7 @@ def stage_sentence(stage: str, s: Mapping, config) -> str:
     if stage == "collect":
         return (f"ran the base policy on {c.stage1.num_tasks} training tasks x {c.stage1.group_size} rollouts "
                 f"({_f(s.get('trajectories'), '{:.0f}')} trajectories): success {_f(s.get('success_rate'))}, "
-                f"valid actions {_pct(1 - s.get('invalid_rate', 0.0))}")
+                f"valid actions {_pct(1 - s.get('invalid_rate', 0.0))}{_cut(s.get('prompt_cut_rate'))}")
     if stage == "annotate":
         return (f"the {c.stage1.analyzer} analyzer wrote a skill for {_pct(s.get('parse_rate', 0.0))} of the "
                 f"trajectories: {s.get('records', 0)} skill records ({s.get('train', 0)} to train on, "
@@ -53,12 +58,14 @@ def stage_sentence(stage: str, s: Mapping, config) -> str:
         gate = f", OPD gate mean {s['train/gate_mean']:.2f}" if "train/gate_mean" in s else ""
         return (f"{s.get('num_updates', c.rl.num_updates)} {c.method} updates of {c.rl.tasks_per_update} tasks x "
                 f"{c.rollout.group_size} rollouts: {first}last update success {_f(s.get('rollout/success_rate'))}, "
-                f"valid actions {_pct(1 - s.get('rollout/invalid_rate', 0.0))}{gate}")
+                f"valid actions {_pct(1 - s.get('rollout/invalid_rate', 0.0))}"
+                f"{_cut(s.get('rollout/prompt_cut_rate'))}{gate}")
     if stage == "eval":
         parts = []
         for split, o in s.items():
             if isinstance(o, Mapping) and "success_rate" in o:
                 valid = f", valid actions {_pct(1 - o['invalid_rate'])}" if "invalid_rate" in o else ""
+                valid += _cut(o.get("prompt_cut_rate"))
                 parts.append(f"{split}: success {o['success_rate']:.2f} over {o.get('n', '?')} tasks{valid}")
         return f"evaluated the final policy without skills (T={c.eval.temperature}): " + "; ".join(parts)
     return ", ".join(f"{k} {v}" for k, v in s.items())

@@ -121,7 +121,8 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
     wins = 0
     turn = 0
     while live and turn < settings.max_steps:
-        ids = {s: encode_prompt(prompt[s])[-settings.max_prompt_tokens:] for s in live}
+        full = {s: encode_prompt(prompt[s]) for s in live}
+        ids = {s: full[s][-settings.max_prompt_tokens:] for s in live}
         gen = {}
         for wave in waves(live, settings.wave_rows):
             out = generate(model, tokenizer, [ids[s] for s in wave], params=params, seed=seed + turn,
@@ -146,7 +147,7 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
                 prompt_ids=ids[s], response_ids=gen[s][0], response_logprobs=gen[s][1],
                 response_text=gen[s][2], prompt_text=prompt[s], raw_observation=last_obs[s],
                 valid=valid, reward=float(res.reward) + penalty, penalty=penalty,
-                action=str(res.info["action_text"])))
+                action=str(res.info["action_text"]), prompt_tokens=len(full[s])))
             last_obs[s] = res.info.get("raw_observation", res.observation)
             if res.done or turn + 1 >= settings.max_steps:
                 t.won = bool(res.info["won"])

@@ -57,6 +57,12 @@ class StepSample:
     reward: float  # environment reward of this step, penalty excluded
     penalty: float = 0.0  # invalid-action penalty charged at this step (>= 0)
     action: str = ""  # the parsed action text ('' when invalid)
+    prompt_tokens: int = -1  # the templated prompt's length before left truncation (-1: not recorded)
+
+    @property
+    def prompt_cut(self) -> bool:
+        """The prompt lost tokens to left truncation (`rollout.max_prompt_tokens`)."""
+        return self.prompt_tokens > len(self.prompt_ids)
 
     def __post_init__(self) -> None:
         if len(self.response_logprobs) != len(self.response_ids):
@@ -82,6 +88,7 @@ class StepSample:
             reward=float(d["reward"]),
             penalty=float(d.get("penalty", 0.0)),
             action=str(d.get("action", "")),
+            prompt_tokens=int(d.get("prompt_tokens", -1)),
         )
 
 
