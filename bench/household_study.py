@@ -1,6 +1,6 @@
 """The household evidence study in one command.
 
-    python bench/household_study.py [--preset study|ci|tiny] [--out DIR] [--arms a,b] [--seeds 0,1,2]
+    python bench/household_study.py [--preset study|ci|tiny|gpu] [--out DIR] [--arms a,b] [--seeds 0,1,2]
                                     [--set key=value ...] [--shared STUDY_DIR]
 
 Stage 0 (BC policy) and stage 1 (scripted annotation + analyzer SFT) run once; then every arm
@@ -40,7 +40,7 @@ def _set(config, assignment: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="study", choices=("study", "ci", "tiny"))
+    ap.add_argument("--preset", default="study", choices=("study", "ci", "tiny", "gpu"))
     ap.add_argument("--out", default=None)
     ap.add_argument("--arms", default=None, help="comma-separated arms (default: config.study.methods + sweep)")
     ap.add_argument("--seeds", default=None, help="comma-separated seeds (default: config.study.seeds)")

@@ -27,7 +27,7 @@ from seed_jax.train.config import RUN_TRAIN_FIELDS, ConfigError, TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
-CONFIG_PRESETS = {"search": PRESETS, "alfworld": PRESETS, "webshop": PRESETS, "household": ("study", "ci", "tiny")}
+CONFIG_PRESETS = {"search": PRESETS, "alfworld": PRESETS, "webshop": PRESETS, "household": ("study", "ci", "tiny", "gpu")}
 CASES = [f"{env}:{preset}" for env, presets in CONFIG_PRESETS.items() for preset in presets]
 
 

@@ -399,6 +399,46 @@ def test_stage0_bc_beats_a_random_policy(tmp_path):
     assert s["eval_invalid_rate"] < 0.2
 
 
+def test_stage0_starts_from_a_pretrained_model(tmp_path, smol_tokenizer):
+    """``stage0.init`` = a HF directory (the gpu preset's path, here a tiny random llama over
+    SmolLM2's tokenizer): stage 0 clones on that model's own tokenizer from its weights (checked
+    against transformers' tensors), with no induction warm-up, and saves a policy of its shape."""
+    import numpy as np
+
+    from experiments.household.bc import BCConfig, initial_policy
+    from seed_jax.models import load_model
+    from tests.conftest import tiny_hf_model
+
+    hf = tiny_hf_model("llama", vocab_size=len(smol_tokenizer), bos_token_id=smol_tokenizer.bos_token_id,
+                       eos_token_id=smol_tokenizer.eos_token_id, pad_token_id=smol_tokenizer.pad_token_id,
+                       max_position_embeddings=2048)
+    src = tmp_path / "pretrained"
+    hf.save_pretrained(src)
+    smol_tokenizer.save_pretrained(src)
+    c = _household_config("tiny")
+    c.stage0.update(init=str(src), copy_steps=5, steps=2, analyzer_steps=1, eval_tasks=1)
+    bc = BCConfig.from_config(c.stage0)
+    tok, cfg, params = initial_policy(c, bc)
+    assert len(tok) == len(smol_tokenizer) and cfg.hidden_size == 64 and cfg.num_layers == 2
+    want = hf.model.embed_tokens.weight.detach().numpy()
+    assert np.allclose(np.asarray(_leaf(params, want.shape)), want)
+    s = run_stage0(c, tmp_path / "policy")
+    assert s["copy_steps"] == 0 and s["train_steps"] == 2 and s["vocab"] == len(smol_tokenizer)
+    assert s["params"] == sum(p.numel() for p in hf.parameters())
+    saved = load_model(tmp_path / "policy")
+    assert saved.config.vocab_size == len(smol_tokenizer) and saved.config.hidden_size == 64
+    assert (tmp_path / "policy" / "tokenizer.json").exists()
+
+
+def _leaf(params, shape):
+    """The one leaf of ``params`` with this shape (the embedding table)."""
+    import jax
+
+    leaves = [x for x in jax.tree_util.tree_leaves(params) if tuple(x.shape) == tuple(shape)]
+    assert len(leaves) == 1, [tuple(x.shape) for x in jax.tree_util.tree_leaves(params)]
+    return leaves[0]
+
+
 def test_ci_study_end_to_end(tmp_path):
     """The ci preset of the study (about 2-3 minutes on 2 cores) runs every stage and arm through
     the pipeline; it is the fast-tier guard of `bench/household_study.py`."""

@@ -50,6 +50,7 @@ can point at it and the pipeline loads it with `load_policy`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import json
@@ -70,7 +71,7 @@ from seed_jax.metrics import StageProgress
 from seed_jax.models import Model, ModelConfig, load_model
 from seed_jax.models.decoder import init_params
 from seed_jax.pipeline.environments import make_benchmark
-from seed_jax.pipeline.runtime import rollout_settings, save_policy
+from seed_jax.pipeline.runtime import load_policy, rollout_settings, save_policy
 from seed_jax.pipeline.stage1 import rollout_summary
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
 from seed_jax.rollout.pool import open_env_pool
@@ -92,6 +93,7 @@ class BCConfig:
     """Stage-0 settings: a typed view of ``config.stage0``; the values (one place, every preset)
     are in `configs.household`."""
 
+    init: str  # 'scratch' (a fresh decoder over the word tokenizer), 'embedded' (SmolLM2-135M-Instruct) or a HF dir
     hidden: int  # model width (head_dim = hidden / heads, MLP width 2 x hidden)
     layers: int  # decoder layers
     heads: int  # attention heads
@@ -122,7 +124,27 @@ class BCConfig:
     def from_config(cls, cd) -> BCConfig:
         fields = {f.name for f in dataclasses.fields(cls)}
         kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in dict(cd).items() if k in fields}
+        kw.setdefault("init", "scratch")
         return cls(**kw)
+
+    @property
+    def pretrained(self) -> bool:
+        return self.init != "scratch"
+
+
+def initial_policy(config, bc: BCConfig):
+    """``(tokenizer, model config, params)`` stage 0 starts from: a fresh decoder over the word
+    tokenizer (``init = 'scratch'``), or a pretrained instruct model and its own tokenizer
+    (``'embedded'``: SmolLM2-135M-Instruct; else a HF directory) with the run's ``model.*``
+    compute settings (`seed_jax.pipeline.runtime.load_policy`)."""
+    if not bc.pretrained:
+        tok = build_tokenizer()
+        cfg = model_config(tok, bc)
+        return tok, cfg, init_params(cfg, jax.random.PRNGKey(bc.seed))
+    c = copy.deepcopy(config)
+    c.model.path = None if bc.init == "embedded" else bc.init
+    model, tok = load_policy(c)
+    return tok, model.config, model.params
 
 
 def build_tokenizer():
@@ -377,8 +399,7 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
     bc = BCConfig.from_config(config.stage0)
     env_cfg = config.env
     bench = make_benchmark(env_cfg)
-    tok = build_tokenizer()
-    cfg = model_config(tok, bc)
+    tok, cfg, params = initial_policy(config, bc)
     tasks = demo_tasks(bc, env_cfg)
     demos = make_demos(tasks, bc, bench.spec.max_steps, bench.spec.history_window)
     examples = bc_examples(demos, bc.skill_share, bc.seed, bc.include_plan)
@@ -392,9 +413,9 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
         copy_losses, losses = [], []
         done_b = json.loads(info_b.read_text())
     else:
-        bar = StageProgress(bc.copy_steps + bc.steps, "stage-0 copy warm-up + BC", unit="step")
-        params = init_params(cfg, jax.random.PRNGKey(bc.seed))
-        params, copy_losses = train_copy(params, cfg, bc, mesh, bar)
+        copy_steps = 0 if bc.pretrained else bc.copy_steps  # a pretrained model copies already
+        bar = StageProgress(copy_steps + bc.steps, "stage-0 copy warm-up + BC", unit="step")
+        params, copy_losses = train_copy(params, cfg, dataclasses.replace(bc, copy_steps=copy_steps), mesh, bar)
         params, losses = train_bc(params, cfg, encoded, bc, mesh, tok.pad_token_id or 0, bar)
         bar.close()
         done_b = {"copy_steps": len(copy_losses),
