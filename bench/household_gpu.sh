@@ -41,7 +41,7 @@ run)
   [ "$(sha256sum /tmp/smollm2.gguf | cut -d' ' -f1)" = "$(cat .gguf1/sha256)" ] || { echo "model parts do not match" >&2; exit 2; }
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 TQDM_DISABLE=1
-  out="${OUT:-runs}/study"
+  out="${OUT:-runs}/study"; mkdir -p "$out"
   python3 -c "import jax; print('devices:', jax.devices())"
   timeout 560 python3 bench/household_study.py --preset gpu --out "$out" --quiet \
     --set stage0.init=/tmp/smollm2.gguf "$@" 2>&1 | tee "${OUT:-runs}/household_gpu.log"
