@@ -3,8 +3,8 @@
 Presets (``--config=configs/search.py:PRESET``):
 
 - ``local`` (default): the embedded SmolLM2-135M-Instruct on a 2-core CPU, no network, small
-  groups and two RL updates: the whole method end to end in under half an hour and 4 GB (a
-  demonstration of the machinery, not a training run).
+  groups and two RL updates: the whole method end to end in under half an hour and about 5 GB
+  (the search preset; a demonstration of the machinery, not a training run).
 - ``paper``: the recipe of the paper (docs/METHOD.md §6) at the paper's scale (`PAPER_SCALE`: ZeRO-3
   sharding over each fast-interconnect domain: a TPU slice, a GPU node, bfloat16 compute, remat); needs ``model.path`` (a local HF
   directory such as Qwen2.5-3B-Instruct) and, for search, a retriever URL.
@@ -180,8 +180,8 @@ def apply_local(c: ml_collections.ConfigDict, *, stage1_tasks: int, max_steps: i
                 analysis_prompt_tokens: int, eval_tasks: int, response_tokens: int = 48,
                 format_warmup_tasks: int = 0) -> None:
     """The laptop-CPU scale shared by every benchmark's ``local`` preset (embedded SmolLM2-135M):
-    a demonstration of the whole method on a 2-core CPU in under half an hour and 4 GB of memory,
-    not a training run (two RL updates of two tasks).
+    a demonstration of the whole method on a 2-core CPU in under half an hour and about 5 GB of
+    memory (the search preset's 1024-token prompts), not a training run (two RL updates of two tasks).
 
     Stage 1 has no external annotator offline and SmolLM2-135M cannot yet write the JSON skill
     itself, so the model-free template analyzer plays the annotator's role: stage-1 SFT then
@@ -190,7 +190,8 @@ def apply_local(c: ml_collections.ConfigDict, *, stage1_tasks: int, max_steps: i
     training step rematerialises the decoder layers (``model.remat``): the residuals of 30
     unrematerialised layers take several GB at these lengths; an SFT batch is one micro-batch
     (no parameter-sized gradient accumulator beside the gradients); ``low_memory`` and 16-row
-    sampler waves keep the run's peak resident memory under 4 GB (README, default run).
+    sampler waves keep the run's peak resident memory at 3.7 GB with 512-token prompts and 4.8 GB
+    with the search preset's 1024 (README, default run).
     """
     _small_run(c, stage1_tasks=stage1_tasks, sft_epochs=2, answer_tokens=96, analysis_tokens=96,
                analysis_prompt_tokens=analysis_prompt_tokens, group_size=4, max_steps=max_steps,
