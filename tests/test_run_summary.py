@@ -85,17 +85,15 @@ def test_format_demonstrations_follow_the_config(tmp_path):
     assert format_demonstrations(Run(c, tmp_path)) == []
 
 
-def test_local_search_prompts_keep_the_question(smol_tokenizer):
+def test_local_search_prompts_keep_the_question(smol_tokenizer, search_env):
     """The default run's prompt cap holds the answer turn's whole prompt (question + the three
     passages of a search for it) for every vendored question, so left truncation never cuts the
     question away; the old 512 cap did for most of them."""
     from configs.search import get_config
-    from envs.search import SearchEnv
-    from envs.search.factory import RetrieverSpec, build_retriever
     from seed_jax.rollout.loop import make_prompt_encoder
 
     cap = get_config("local").rollout.max_prompt_tokens
-    env = SearchEnv(build_retriever(RetrieverSpec.from_dict({"kind": "bm25"})))
+    env = search_env
     encode = make_prompt_encoder(smol_tokenizer)
     lengths, kept = [], 0
     for task in load_default_tasks():
