@@ -6,9 +6,9 @@ on a real `SearchEnv` and returns each turn's (prompt, response) pair, with the 
 as the policy will see it in a rollout (``env.build_prompt()``):
 
     turn 1: <think> SEARCH_THOUGHT </think>\\n<search> q </search>           (q: the question)
+    turn 2: <think> ANSWER_THOUGHT </think>\\n<answer> g </answer>
 
 where g is the first golden answer the passages of turn 2 hold.
-    turn 2: <think> ANSWER_THOUGHT </think>\\n<answer> g </answer>
 
 The second turn's prompt holds the passages the retriever returned for q; the golden answer
 comes from the task, so demonstrations are built from training tasks only. A task is shown only

@@ -124,7 +124,6 @@ class BCConfig:
     def from_config(cls, cd) -> BCConfig:
         fields = {f.name for f in dataclasses.fields(cls)}
         kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in dict(cd).items() if k in fields}
-        kw.setdefault("init", "scratch")
         return cls(**kw)
 
     @property

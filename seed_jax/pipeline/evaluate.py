@@ -22,23 +22,20 @@ import numpy as np
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings
 from seed_jax.pipeline.skill_bank import SkillBank
+from seed_jax.pipeline.stage1 import rollout_summary
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
 from seed_jax.rollout.trajectory import write_trajectories
 
 
 def summarize(trajs) -> dict:
     ok = [t for t in trajs if not t.env_error]
-    steps = [s for t in ok for s in t.steps]
     per = defaultdict(list)
     for t in ok:
         per[t.info.get("task_type") or "all"].append(t.won)
     scores = [t.info["score"] for t in ok if "score" in t.info]
-    overall = {"success_rate": float(np.mean([t.won for t in ok])) if ok else 0.0,
-               "return": float(np.mean([t.episode_reward for t in ok])) if ok else 0.0,
-               "episode_length": float(np.mean([len(t.steps) for t in ok])) if ok else 0.0,
-               "invalid_rate": float(np.mean([not s.valid for s in steps])) if steps else 0.0,
-               "prompt_cut_rate": float(np.mean([s.prompt_cut for s in steps])) if steps else 0.0,
-               "n": len(ok), "env_errors": len(trajs) - len(ok)}
+    shares = rollout_summary(trajs)
+    overall = {k: shares[k] for k in ("success_rate", "return", "episode_length", "invalid_rate", "prompt_cut_rate")}
+    overall.update(n=len(ok), env_errors=len(trajs) - len(ok))
     if scores:
         overall["score"] = float(np.mean(scores))
     return {"overall": overall,
