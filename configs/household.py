@@ -28,6 +28,11 @@ step's log-probs follow it, docs/METHOD.md §3.2). The RL settings are the outco
 in the README's household section: at temperature 1.0 no learning rate or batch tried moved the
 evaluation (which samples at 0.4, where the clone's failures are loops of a repeated command
 that rollouts at 1.0 rarely show); rollouts at 0.5 with tempered log-probs did.
+
+Stage 0's demonstrators search for the task object (``stage0.search``) and every 'find' step
+is also a hint-reading pair (``stage0.find_skill_share`` 1.0): with the omniscient
+demonstrator of round two the clone was already nearly sure of the expert's action at most
+detour steps, so no hint could lift it by much (teacher probe, README).
 """
 
 from __future__ import annotations
@@ -79,6 +84,10 @@ def _stage0() -> ml_collections.ConfigDict:
         hidden=128, layers=2, heads=4, kv_heads=2,
         num_tasks=400, task_seed=1000, episodes_per_task=1,
         noise=0.1, invalid=0.02, nothing=0.03, skill_share=0.3, include_plan=False, restate_task=True,
+        # round three: the demonstrators search for the task object and every 'find' step is also a
+        # hint pair, so the clone is unsure where a hint knows, and reads it (README, teacher probe);
+        # round two ran with search=False, find_skill_share=0.3
+        search=True, find_skill_share=1.0,
         copy_steps=300, lm_weight=0.25, steps=1200, batch_size=16, lr=2e-3, warmup_steps=20,
         analyzer_steps=300, analyzer_batch=8, analyzer_noises=(0.1, 0.3, 0.5), analyzer_lr=5e-4,
         eval_tasks=32, seed=0))

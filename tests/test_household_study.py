@@ -18,7 +18,7 @@ from experiments.household.audit import consistency_by_update, join_gates, read_
 from experiments.household.bc import bc_batches, bc_examples, cycled_batches, random_policy_success, run_stage0
 from experiments.household.demos import noisy_episode, subgoal_text
 from experiments.household.experiment import arm_config, arms_of, link_shared, run_study, step_recorder
-from experiments.household.probe import _summary, subgoal_verb
+from experiments.household.probe import _summary, names_start_place, subgoal_verb
 from experiments.household.report import (
     T975,
     change_table,
@@ -86,6 +86,35 @@ def test_noisy_episode_extremes():
         noisy_episode(PICK_TASK, random.Random(0), noise=0.8, invalid=0.3, max_steps=3, history_window=2)
 
 
+def test_searching_demonstrator_looks_into_each_candidate_once():
+    """With ``search`` the demonstrator finds the apple by looking around: before it takes the
+    apple it only goes to the three non-target receptacles (each at most once) and opens the
+    closed ones it arrives at; those steps are detours unless they head for the fridge (the
+    apple's place); after the take it follows the plan. Rules written out for PICK_TASK."""
+    firsts = set()
+    for seed in range(40):
+        demo = noisy_episode(PICK_TASK, random.Random(seed), 0.0, 0.0, 12, 2, search=True)
+        actions = [s.action for s in demo.steps]
+        assert demo.won, actions
+        k = actions.index("take apple 1 from fridge 1")
+        assert actions[k:] == PICK_PLAN[2:]
+        search, visited = actions[:k], []
+        for i, a in enumerate(search):
+            if a.startswith("go to "):
+                visited.append(a[len("go to "):])
+            else:  # an open right after arriving at that closed container
+                assert a in ("open fridge 1", "open microwave 1") and search[i - 1] == "go to " + a[len("open "):]
+        assert set(visited) <= {"fridge 1", "microwave 1", "sinkbasin 1"} and len(set(visited)) == len(visited)
+        assert visited[-1] == "fridge 1" and search[-1] == "open fridge 1"
+        for s in demo.steps:
+            assert s.consistent == (s.action in ("go to fridge 1", "open fridge 1") or s.action in PICK_PLAN[2:])
+            assert s.expert_response.split("<action>")[1] in {a + "</action>" for a in PICK_PLAN}
+        firsts.add(actions[0])
+    assert firsts == {"go to fridge 1", "go to microwave 1", "go to sinkbasin 1"}  # the draw is random
+    # without search the same draws follow the plan
+    assert [s.action for s in noisy_episode(PICK_TASK, random.Random(3), 0.0, 0.0, 12, 2).steps] == PICK_PLAN
+
+
 # ------------------------------------------------------------------ stage-0 batches
 
 
@@ -136,6 +165,15 @@ def test_hint_examples_insert_the_demo_skill():
         # the hint follows the task line: the hand-derived workflow of this episode
         assert "Your task is to: put a apple in countertop.\n\n## Episode-level skill" in hp
         assert "here it was inside the closed fridge 1, so go there and open it first" in hp
+    # hints at the 'find' steps only: the start and the closed fridge (test_subgoal_text_by_hand)
+    find_only = [e for e in bc_examples([demo], skill_share=0.0, find_skill_share=1.0) if e[2] == "hint"]
+    assert [r.split("<action>")[1] for _, r, _ in find_only] == ["go to fridge 1</action>", "open fridge 1</action>"]
+    # a searching demo's hint pairs answer with the expert's command, not the search's
+    searching = noisy_episode(PICK_TASK, random.Random(5), 0.0, 0.0, 12, 2, search=True)
+    assert searching.steps[0].action != "go to fridge 1"
+    pairs = bc_examples([searching], skill_share=0.0, find_skill_share=1.0)
+    hint_cmds = [r.split("<action>")[1] for _, r, k in pairs if k == "hint"]
+    assert hint_cmds[0] == "go to fridge 1</action>" and "fridge 1" in searching.skill()
 
 
 # ------------------------------------------------------------------ benchmark and scripted stage 1
@@ -274,6 +312,11 @@ def test_probe_summary_hand_computed():
     assert subgoal_verb("<think>put a hot apple in fridge. find the apple</think><action>go to x 1</action>") == "find"
     assert subgoal_verb("<think>put down the mug</think><action>look</action>") == "put"
     assert subgoal_verb("<action>look</action>") == ""
+    # the apple of PICK_TASK starts in fridge 1
+    assert names_start_place("find the apple (here it was inside the closed fridge 1, so go there)", PICK_TASK)
+    assert not names_start_place("find the apple (here it was on the sinkbasin 1)", PICK_TASK)
+    assert not names_start_place("look in fridge 12", PICK_TASK) and not names_start_place(None, PICK_TASK)
+    assert names_start_place(noisy_episode(PICK_TASK, random.Random(1), 0.5, 0.0, 12, 2, search=True).skill(), PICK_TASK)
 
 
 def test_step_recorder_appends_compact_trajectories(tmp_path):
@@ -389,7 +432,8 @@ def test_stage0_bc_beats_a_random_policy(tmp_path):
     c.env.max_steps = c.rollout.max_steps = 10
     c.env.num_eval_tasks = 16
     c.stage0.update(hidden=96, num_tasks=200, copy_steps=150, steps=250, eval_tasks=16, noise=0.05,
-                    invalid=0.0, nothing=0.0)
+                    invalid=0.0, nothing=0.0,
+                    search=False)  # the omniscient demonstrator: a searching clone needs a longer stage 0
     s = run_stage0(c, tmp_path / "policy")
     assert (tmp_path / "policy" / "config.json").exists() and (tmp_path / "policy" / "tokenizer.json").exists()
     bench = make_benchmark(c.env)

@@ -11,9 +11,18 @@ test the method at all. So stage 0 clones two kinds of pairs (prompt -> response
 - *acting*: every step of noisy expert demonstrations (`experiments.household.demos`), the
   ordinary prompt h_t -> the demonstrator's response (detours and invalid responses
   included, so the clone inherits them);
-- *hint reading*: for a share ``skill_share`` of the steps, ``H(h_t, s)`` -> the expert's
-  response at that state, where ``s`` is the scripted analyzer's hindsight skill of that
-  same demonstration (`envs.household.annotate_episode`), as in SEED's teacher twin.
+- *hint reading*: for a share ``skill_share`` of the steps (``find_skill_share`` of the
+  'find' steps, where the object is not in sight), ``H(h_t, s)`` -> the expert's response at
+  that state, where ``s`` is the scripted analyzer's hindsight skill of that same
+  demonstration (`envs.household.annotate_episode`), as in SEED's teacher twin.
+
+With ``search`` the demonstrators look for the task object instead of going straight to it
+(`experiments.household.demos.search_command`), so the clone searches too and is unsure where
+the object is, the one thing a hindsight skill knows and the clone cannot (measured with the
+teacher probe on the stage-1 checkpoint: an accurate skill lifts the expert's response at detour
+steps by +1.10 nats with search and every 'find' step a hint pair, +0.02 with the omniscient
+demonstrator and 30 % hint pairs, whose clone was already nearly sure of the expert's action at
+most detour steps).
 
 A third kind teaches the *analyzer role* in the stage-1 record format (x_tau -> scripted JSON
 answer, `analyzer_examples`, on demonstrations with several detour shares so that both
@@ -64,7 +73,7 @@ import jax
 import numpy as np
 
 from envs.household import HouseholdEnv, annotate_json, household_task_config, make_tasks
-from experiments.household.demos import Demo, noisy_episode, subgoal_texts
+from experiments.household.demos import Demo, noisy_episode, subgoal_texts, subgoal_verb
 from experiments.household.tokenizer import build_household_tokenizer
 from seed_jax.buckets import round_up
 from seed_jax.metrics import StageProgress
@@ -105,6 +114,8 @@ class BCConfig:
     invalid: float  # share of invalid responses
     nothing: float  # share of well-formed non-admissible commands
     skill_share: float  # share of steps also shown as hint-reading examples
+    find_skill_share: float  # the same share at 'find' steps (the expert's subgoal), where a hint names the place
+    search: bool  # demonstrators search for the task object instead of going straight to it (demos.search_command)
     include_plan: bool  # the hint's skill holds the shortest plan
     restate_task: bool  # thinking text starts with the task sentence
     copy_steps: int  # synthetic induction warm-up steps (0 = none)
@@ -165,21 +176,25 @@ def model_config(tok, bc: BCConfig, max_positions: int = 4096):
 def make_demos(tasks: Sequence[dict], bc: BCConfig, max_steps: int, history_window: int) -> list[Demo]:
     rng = random.Random(f"demos:{bc.seed}")
     return [noisy_episode(t, rng, bc.noise, bc.invalid, max_steps, history_window, bc.restate_task,
-                          bc.nothing)
+                          bc.nothing, bc.search)
             for t in tasks for _ in range(bc.episodes_per_task)]
 
 
 def bc_examples(demos: Sequence[Demo], skill_share: float, seed: int = 0,
-                include_plan: bool = False) -> list[tuple[str, str, str]]:
+                include_plan: bool = False, find_skill_share: float | None = None) -> list[tuple[str, str, str]]:
     """(prompt text, response text, kind) pairs: every step as 'act', plus 'hint' pairs
-    (H(h_t, skill of the demo) -> expert response) for a seeded share of the steps."""
+    (H(h_t, skill of the demo) -> expert response) for a seeded share of the steps:
+    ``find_skill_share`` (default ``skill_share``) of the steps whose expert subgoal is 'find'
+    (`demos.subgoal_verb`), ``skill_share`` of the others."""
     rng = random.Random(f"hints:{seed}")
+    find_share = skill_share if find_skill_share is None else find_skill_share
     out = []
     for d in demos:
         skill = None
         for s in d.steps:
             out.append((s.prompt, s.response, "act"))
-            if rng.random() < skill_share:
+            share = find_share if subgoal_verb(s.expert_response) == "find" else skill_share
+            if rng.random() < share:
                 skill = skill or d.skill(include_plan)
                 out.append((insert_skill(s.prompt, skill), s.expert_response, "hint"))
     return out
@@ -317,7 +332,7 @@ def analyzer_demos(tasks: Sequence[dict], bc: BCConfig, max_steps: int, history_
     ``analyzer_noises[i % len]`` (so both successes and failures occur)."""
     rng = random.Random(f"analyzer-demos:{bc.seed}")
     return [noisy_episode(t, rng, bc.analyzer_noises[i % len(bc.analyzer_noises)], bc.invalid, max_steps,
-                          history_window, bc.restate_task, bc.nothing)
+                          history_window, bc.restate_task, bc.nothing, bc.search)
             for i, t in enumerate(tasks)]
 
 
@@ -401,7 +416,7 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
     tok, cfg, params = initial_policy(config, bc)
     tasks = demo_tasks(bc, env_cfg)
     demos = make_demos(tasks, bc, bench.spec.max_steps, bench.spec.history_window)
-    examples = bc_examples(demos, bc.skill_share, bc.seed, bc.include_plan)
+    examples = bc_examples(demos, bc.skill_share, bc.seed, bc.include_plan, bc.find_skill_share)
     encoded = encode_examples(examples, tok, config.rollout.max_prompt_tokens, config.rollout.max_response_tokens)
     mesh = mesh or make_mesh()
     t_train = time.time()

@@ -15,6 +15,14 @@ apple', 'put the apple in countertop', 'put down the mug'. The expert is
 omniscient (it knows where hidden objects are), so a policy cloned from it must guess where to
 search: the cloned policy sits at a middling success rate.
 
+With ``search`` the demonstrator is not omniscient while it looks for the task object: until
+it has seen the object (stood at its receptacle with the receptacle open, or held it), its
+intended command is `search_command` (open the closed container it stands at if it has not
+looked inside, else go to a uniformly drawn receptacle it has not looked into, never one of the
+target kind, where tasks never hide the object). Those search steps are detours by the
+expert's standard (``consistent`` False) unless the draw happens to hit the object's place, as
+an agent's own search would be; the noise draws above still apply on top.
+
 Each step also records the expert's response at that state (``expert_response``), which the
 skill-reading examples of stage 0 use (see `experiments.household.bc`). A `Demo` converts to the
 pipeline's `Trajectory` (for x_tau) and to the scripted annotator's `EpisodeRecord`.
@@ -67,6 +75,29 @@ def subgoal_text(layout: Layout, state: WorldState) -> str:
     if where and state.location == where and accessible(state, where):
         return f"take the {name}"
     return f"find the {name}"
+
+
+def subgoal_verb(response: str) -> str:
+    """The first word of the response's subgoal ('find', 'take', 'put', 'heat', ...): the word
+    after the task sentence in ``<think>{task sentence} {subgoal}</think>`` ('' if none)."""
+    if "<think>" not in response:
+        return ""
+    think = response.split("<think>", 1)[1].split("</think>", 1)[0]
+    words = think.rsplit(".", 1)[-1].split()
+    return words[0] if words else ""
+
+
+def search_command(layout: Layout, state: WorldState, inspected: set[str], rng: random.Random) -> str:
+    """The searching demonstrator's command while it has not seen the task object: 'open R' at
+    a closed container R it has not looked into, else 'go to R' for a uniformly drawn receptacle
+    R it has not looked into, not of the target kind and not where it stands ('' when none is
+    left: the caller falls back to the expert)."""
+    here = state.location
+    if here and here not in inspected and not accessible(state, here):
+        return f"open {here}"
+    left = [r for r in layout.receptacles
+            if r not in inspected and r != here and kind_of(r) != layout.target_kind]
+    return f"go to {rng.choice(left)}" if left else ""
 
 
 def subgoal_texts() -> list[str]:
@@ -126,11 +157,14 @@ def non_admissible_commands(layout: Layout, state: WorldState, admissible: Seque
 
 
 def noisy_episode(task: dict, rng: random.Random, noise: float, invalid: float, max_steps: int,
-                  history_window: int, restate_task: bool = True, nothing: float = 0.0) -> Demo:
+                  history_window: int, restate_task: bool = True, nothing: float = 0.0,
+                  search: bool = False) -> Demo:
     """One demonstration of `task` (see the module docstring); deterministic given `rng`'s state.
 
     ``nothing``: probability of a well-formed but non-admissible command
-    (`non_admissible_commands`), so the clone also sees recoveries from 'Nothing happens.'."""
+    (`non_admissible_commands`), so the clone also sees recoveries from 'Nothing happens.'.
+    ``search``: the demonstrator searches for the task object (`search_command`) instead of
+    going straight to it."""
     if not (0 <= noise and 0 <= invalid and 0 <= nothing and noise + invalid + nothing <= 1):
         raise ValueError(f"need noise, invalid, nothing >= 0 with a sum <= 1; got {noise}, {invalid}, {nothing}")
     layout, _ = load_task(task)
@@ -139,14 +173,22 @@ def noisy_episode(task: dict, rng: random.Random, noise: float, invalid: float, 
     steps: list[DemoStep] = []
     raw = info["raw_observation"]
     done = False
+    inspected: set[str] = set()  # receptacles the demonstrator has looked into
+    seen = False  # it has seen the task object
     while not done:
         prompt = env.build_prompt()
         state = env.state
+        if state.location and accessible(state, state.location):
+            inspected.add(state.location)
+        seen = seen or state.holding == layout.target_object or state.where(layout.target_object) in inspected
         think = subgoal_text(layout, state)
         if restate_task:
             think = f"{task['task_description']} {think}"
         optimal = env.expert_actions()
         best = rng.choice(optimal)
+        intended = best
+        if search and not seen and not state.holding:
+            intended = search_command(layout, state, inspected, rng) or best
         r = rng.random()
         if r < invalid:
             response = invalid_response(think, best, rng)
@@ -156,7 +198,7 @@ def noisy_episode(task: dict, rng: random.Random, noise: float, invalid: float, 
         elif r < invalid + noise + nothing:
             response = respond(think, rng.choice(non_admissible_commands(layout, state, env.admissible_commands)))
         else:
-            response = respond(think, best)
+            response = respond(think, intended)
         obs, reward, done, info = env.step(response)
         steps.append(DemoStep(prompt=prompt, response=response, expert_response=respond(think, best),
                               action=info["action_text"], valid=info["valid"], consistent=info["expert_consistent"],

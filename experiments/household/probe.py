@@ -27,19 +27,22 @@ condition:
                  object is not yet in sight: where a hint naming its place can help most)
 
 A hint the policy can use gives gate(consistent) > gate(inconsistent) and lift_e > lift_a;
-a shuffled hint should give neither.
+a shuffled hint should give neither. With ``search`` (the study's ``stage0.search``) the
+demonstrations search for the task object as stage 0's did, so the search steps that miss the
+object's place are among the inconsistent steps, as in the policy's own rollouts.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from experiments.household.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
-from experiments.household.demos import noisy_episode
+from experiments.household.demos import noisy_episode, subgoal_verb
 from experiments.household.report import arm_dir
 from seed_jax.buckets import round_up
 from seed_jax.pipeline.environments import make_benchmark
@@ -97,23 +100,23 @@ def _summary(rows: Sequence[dict], beta: float) -> dict:
                            for k, v in sorted(by_subgoal.items())}}
 
 
-def subgoal_verb(response: str) -> str:
-    """The first word of the response's subgoal ('find', 'take', 'put', 'heat', ...): the word
-    after the task sentence in ``<think>{task sentence} {subgoal}</think>`` ('' if none)."""
-    if "<think>" not in response:
-        return ""
-    think = response.split("<think>", 1)[1].split("</think>", 1)[0]
-    words = think.rsplit(".", 1)[-1].split()
-    return words[0] if words else ""
+def names_start_place(skill: str | None, task: dict) -> bool:
+    """The skill names the receptacle the task object starts in ('fridge 1'), as whole words."""
+    place = task["objects"][task["target_object"]]
+    return bool(skill) and re.search(rf"\b{re.escape(place)}\b", skill) is not None
 
 
 def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_steps: int = 15,
                   history_window: int = 2, beta: float = 5.0, seed: int = 0, micro_batch: int = 32,
                   max_prompt_tokens: int = 1024, analyzer_max_new_tokens: int = 192,
-                  success_threshold: float = 5.0) -> dict:
-    """{condition: summary} of the module docstring, plus 'self_parse_rate'."""
+                  success_threshold: float = 5.0, search: bool = False) -> dict:
+    """{condition: summary} of the module docstring, plus 'self_parse_rate' and 'self_place_rate'
+    (the share of demonstrations whose self-written skill parses and names the object's start
+    place, `names_start_place`; every 'own' skill does). ``search``: the
+    demonstrations search for the task object (`experiments.household.demos.search_command`), as
+    stage 0's do when ``stage0.search`` is set."""
     rng = random.Random(f"probe:{seed}")
-    demos = [noisy_episode(t, rng, noise, 0.0, max_steps, history_window) for t in tasks]
+    demos = [noisy_episode(t, rng, noise, 0.0, max_steps, history_window, search=search) for t in tasks]
     own = [d.skill() for d in demos]
     shift = rng.randrange(1, len(demos)) if len(demos) > 1 else 0
     shuffled = [own[(i + shift) % len(demos)] for i in range(len(demos))]  # every demo gets another's
@@ -132,7 +135,9 @@ def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_
     plain_e = _logprobs(model, tok, [s.prompt for _, s in steps], [s.expert_response for _, s in steps],
                         micro_batch, max_prompt_tokens)
     out: dict = {"demos": len(demos), "steps": len(steps),
-                 "self_parse_rate": sum(s is not None for s in self_skills) / max(len(demos), 1)}
+                 "self_parse_rate": sum(s is not None for s in self_skills) / max(len(demos), 1),
+                 "self_place_rate": sum(names_start_place(s, d.task) for s, d in zip(self_skills, demos))
+                 / max(len(demos), 1)}
     for cond in CONDITIONS:
         keep = [i for i, (k, _) in enumerate(steps) if skills[cond][k]]
         hinted = [insert_skill(steps[i][1].prompt, skills[cond][steps[i][0]]) for i in keep]
@@ -167,5 +172,6 @@ def probe_checkpoints(config, out, arms: Sequence[str], seeds: Sequence[int]) ->
                                   micro_batch=int(config.train.micro_batch_size),
                                   max_prompt_tokens=int(config.analysis.max_prompt_tokens),
                                   analyzer_max_new_tokens=int(config.analysis.max_new_tokens),
-                                  success_threshold=float(bench.spec.success_threshold))
+                                  success_threshold=float(bench.spec.success_threshold),
+                                  search=bool(config.stage0.search))
     return res

@@ -306,8 +306,8 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
                   "place helps most.",
                   "",
                   "| policy | skill | gate, consistent steps | gate, detour steps | lift e | lift a | "
-                  "headroom e | lift e / headroom e, 'find' steps (n) | self-skill parse rate |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "headroom e | lift e / headroom e, 'find' steps (n) | self-skill parse rate | self-skill names the place |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for name, p in res["probe"].items():
             for cond in ("own", "shuffled", "self"):
                 q = p.get(cond) or {}
@@ -315,7 +315,7 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
                              f"{_f(q.get('gate_consistent'))} | {_f(q.get('gate_inconsistent'))} | "
                              f"{_f(q.get('lift_expert'), 2)} | {_f(q.get('lift_sampled'), 2)} | "
                              f"{_f(q.get('headroom_expert'), 2)} | {_find_lift(q)} | "
-                             f"{_f(p.get('self_parse_rate'), 2)} |")
+                             f"{_f(p.get('self_parse_rate'), 2)} | {_f(p.get('self_place_rate'), 2)} |")
     lines += ["", "## Training diagnostics (mean over seeds and updates)", "",
               "| arm | train-rollout success, first 3 updates | last 3 updates | expert-consistent actions, "
               "first third | last third | analyzer parse rate | OPD active share | teacher gap "
