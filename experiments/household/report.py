@@ -297,13 +297,14 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
                              f"{_f(i['gate_gt_half'])} |")
     if res.get("probe"):
         lines += ["", "## Teacher probe: does the hint H(h, s) favour the expert's action?", "",
-                  "Fresh noisy expert demonstrations (30 % detours) on training tasks; s = the scripted skill of "
+                  "Fresh noisy demonstrations (30 % detours; the demonstrator searches for the object when "
+                  "stage0.search is set, as stage 0's did) on training tasks; s = the scripted skill of "
                   "the same demonstration (own), of another one (shuffled), or the policy's own greedy skill (self). "
                   "Gates token-averaged over the demonstrated response; lifts = summed log-prob change from the "
                   "hint on steps where the demonstrator took a detour, for the expert's response (e) and the "
                   "detour (a); headroom e = -log-prob of the expert's response without a hint on those steps (no "
                   "hint can lift it more); 'find' steps: the object not yet in sight, where a hint naming its "
-                  "place helps most.",
+                  "place helps most; names the place = the self-written skill names the object's start place.",
                   "",
                   "| policy | skill | gate, consistent steps | gate, detour steps | lift e | lift a | "
                   "headroom e | lift e / headroom e, 'find' steps (n) | self-skill parse rate | self-skill names the place |",
