@@ -110,6 +110,22 @@ def test_hlo_collectives_flops_and_trip_counts_of_nested_loops():
     assert st.flops == 3 * 2 * 4 * 32 * 64
 
 
+def test_hlo_kernel_flops_from_their_declared_cost_estimates():
+    """A Pallas kernel (custom call) adds the FLOPs its backend config declares, once per trip; one
+    declaring none is listed, so the plan can say its MFU is a floor."""
+    kernels = ('  %k1 = f32[4,32]{1,0} custom-call(%a, %w), custom_call_target="tpu_custom_call", '
+               'backend_config={"custom_call_config": {"body": "AAA"}, "cost_estimate":{"flops":"1000",'
+               '"transcendentals":"0","bytes_accessed":"64"}}\n'
+               '  %k2 = f32[4,32]{1,0} custom-call(%a, %w), custom_call_target="tpu_custom_call", '
+               'backend_config={"custom_call_config": {"body": "BBB"}}\n'
+               '  %f = f32[4,32]{1,0} fusion(%a, %w), kind=kOutput, calls=%fused_dot')
+    text = HLO.replace("  %f = f32[4,32]{1,0} fusion(%a, %w), kind=kOutput, calls=%fused_dot", kernels)
+    st = hlo.analyze(text, 8)
+    assert st.flops == 3 * (2 * 4 * 32 * 64 + 1000)
+    assert st.uncosted_kernels == ["k2"]
+    assert hlo.analyze(HLO, 8).uncosted_kernels == []
+
+
 def test_hlo_loop_of_unknown_trip_count_counts_as_told():
     text = HLO.replace("ROOT %le = pred[] compare(%oj, %four), direction=LE",
                        "%d = pred[] compare(%oj, %four), direction=LE\n  ROOT %nd = pred[] not(%d)")
@@ -236,6 +252,56 @@ def test_tpu_plan_of_a_tiny_config(tmp_path):
     assert p["hbm"] == 16 * 2**30 and 0 < p["total"] < p["hbm"]
     assert p["flops"] > 0 and p["unknown_loops"] == []
     assert r.stdout.strip().splitlines()[-1] == "fits: yes"
+
+
+@pytest.mark.skipif(not _libtpu(), reason='libtpu is not installed (pip install -e ".[tpu-aot]")')
+def test_the_runs_tpu_flags_are_known_to_libtpu():
+    """libtpu refuses to start on a flag it does not know (an earlier flag set held one, so a TPU
+    run would have died at start-up); the plan of a tpu: target compiles with the same flags."""
+    from seed_jax.train.xla_setup import TPU_FLAGS
+
+    code = ("from jax.experimental import topologies\n"
+            "print(len(topologies.get_topology_desc(platform='tpu', topology_name='v5e:2x2').devices))\n")
+    env = {"JAX_PLATFORMS": "", "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"}  # no chip to share: compile only
+    ok = _run(["-c", code], env={**env, "LIBTPU_INIT_ARGS": " ".join(TPU_FLAGS)})
+    assert ok.returncode == 0 and ok.stdout.strip() == "4", ok.stderr[-3000:]
+    assert "Unknown command line flag" not in ok.stderr
+    bad = _run(["-c", code], env={**env, "LIBTPU_INIT_ARGS": "--xla_enable_async_reduce_scatter=true"})
+    assert "Unknown command line flag 'xla_enable_async_reduce_scatter'" in bad.stdout + bad.stderr
+
+
+FLASH_ON_TPU = """
+import jax, jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from seed_jax.models import decoder
+from seed_jax.train.synthetic import random_params, tiny_config
+devs = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices
+mesh = Mesh(devs, ("fsdp",))
+cfg = tiny_config(dtype="bfloat16", attention="dot_product", head_dim=128, max_position_embeddings=1024)
+params = jax.eval_shape(lambda: random_params(cfg, 0))
+rows = NamedSharding(mesh, P("fsdp"))
+whole = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, P())), params)
+def loss(p, ids, mask):
+    with decoder.activation_sharding(mesh, row_axes=("fsdp",)):
+        return decoder.forward(p, cfg, ids, mask).astype(jnp.float32).sum()
+for T in (384, 200):
+    ids = jax.ShapeDtypeStruct((8, T), jnp.int32, sharding=rows)
+    text = jax.jit(jax.grad(loss)).lower(whole, ids, ids).compile().as_text()
+    print(T, text.count('custom_call_target="tpu_custom_call"'), f",{T},{T}]" in text)
+"""
+
+
+@pytest.mark.skipif(not _libtpu(), reason='libtpu is not installed (pip install -e ".[tpu-aot]")')
+def test_dot_product_attention_compiles_to_the_flash_kernel_for_tpu():
+    """Compiled for TPU chips, the scanned decoder's attention is the Pallas flash kernel
+    (forward, dq and dkv kernels; no T x T score array) when 128-token blocks divide the length,
+    and XLA's attention (score arrays, no kernel) when they do not."""
+    r = _run(["-c", FLASH_ON_TPU], env={"JAX_PLATFORMS": "", "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {int(t): (int(n), s == "True") for t, n, s in (line.split() for line in r.stdout.strip().splitlines())}
+    assert got[384][0] >= 3 and got[384][1] is False
+    assert got[200] == (0, True)
 
 
 @pytest.mark.parametrize("spec, says", [

@@ -19,7 +19,7 @@ SUPPORTED_ARCHITECTURES = {
     "MistralForCausalLM": "llama",
 }
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-ATTENTION_IMPLS = ("reference", "dot_product")
+ATTENTION_IMPLS = ("reference", "dot_product", "flash")
 # Rematerialisation of each decoder block (`seed_jax.models.decoder.remat_policy` says what each keeps).
 REMAT_POLICIES = ("none", "full", "save_dots", "save_dots_except_mlp", "save_qkv_proj", "offload")
 

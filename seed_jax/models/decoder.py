@@ -194,19 +194,26 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     """Grouped-query attention ``softmax(q k^T / sqrt(D) + mask) v`` -> ``[B, T, H, D]``.
 
     ``q [B, T, H, D]``, ``k, v [B, S, K, D]`` (query head ``h`` reads kv head ``h // (H/K)``),
-    ``mask [B, T, S]`` boolean (True = may attend). ``impl``:
+    ``mask [B, T, S]`` boolean (True = may attend), or ``[B, T]`` segment ids for the flash
+    kernel (`attend_flash`: causal within a segment; the scanned decoder passes these where
+    `uses_flash` says so). ``impl``:
 
     * ``"reference"``: einsums with float32 scores; the ``G = H/K`` heads of a group and the
       ``T`` queries form the rows of one ``[T*G, S]`` score matrix per (batch, kv head), keys
       transposed to ``[B, K, D, S]`` and values to ``[B, K, S, D]`` so that both products and
       their gradients are plain batched matmuls (no transposed copy of the scores);
     * ``"dot_product"``: `jax.nn.dot_product_attention`, the implementation left to JAX
-      (cuDNN flash attention on GPU when shapes and dtypes allow, XLA elsewhere).
+      (cuDNN flash attention on GPU when shapes and dtypes allow, XLA elsewhere; on TPU the
+      scanned decoder takes `attend_flash` instead when the length allows);
+    * ``"flash"``: `attend_flash` wherever the length allows (off TPU in Pallas' TPU
+      interpreter: slow, for tests), ``"dot_product"`` otherwise.
 
     A query row whose mask is all False gets a uniform average (reference) or zeros / an
     arbitrary row (dot_product); such rows are padding and are masked downstream.
     """
-    if impl == "dot_product":
+    if mask.ndim == 2:
+        return attend_flash(q, k, v, mask)
+    if impl in ("dot_product", "flash"):
         return jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype),
                                             mask=mask[:, None, :, :])
     if impl != "reference":
@@ -214,6 +221,82 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     B, T, H, D = q.shape
     out = _attend_cached(q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), mask, D)
     return out.reshape(B, T, H, D)
+
+
+FLASH_BLOCKS = (512, 256, 128)  # block lengths of the Pallas TPU flash kernel, largest first
+
+
+def _platform() -> str:
+    """The platform the program is traced for: the activation mesh's devices (a plan traces for
+    TPU devices from a CPU host), else JAX's default backend."""
+    ctx = _ROWS.get()
+    return ctx[0].devices.flat[0].platform if ctx is not None else jax.default_backend()
+
+
+def uses_flash(impl: str, length: int) -> bool:
+    """Whether the scanned (cache-free) decoder attends with `attend_flash`: ``impl`` "flash",
+    or "dot_product" traced for TPU, and a sequence ``length`` the kernel's blocks divide."""
+    return (impl == "flash" or (impl == "dot_product" and _platform() == "tpu")) and length % FLASH_BLOCKS[-1] == 0
+
+
+def _interpreted(fn, context):
+    """``fn(q, k, v, seg)`` whose forward and backward Pallas kernels are both traced inside
+    ``context`` (the backward is traced when differentiated, after ``fn`` has returned)."""
+
+    @jax.custom_vjp
+    def run(q, k, v, seg):
+        with context():
+            return fn(q, k, v, seg)
+
+    def fwd(q, k, v, seg):
+        with context():
+            out, vjp = jax.vjp(lambda q, k, v: fn(q, k, v, seg), q, k, v)
+        return out, vjp
+
+    def bwd(vjp, g):
+        with context():
+            return (*vjp(g), None)
+
+    run.defvjp(fwd, bwd)
+    return run
+
+
+def attend_flash(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array) -> jax.Array:
+    """Causal attention by the Pallas TPU flash kernel (scores never leave VMEM) -> ``[B, T, H, D]``.
+
+    Query ``t`` attends key ``s`` iff ``s <= t`` and ``segment_ids[b, s] == segment_ids[b, t]``;
+    with ids 1 on real tokens and 0 on padding a real query sees exactly ``s <= t and
+    kv_mask[b, s]`` (`attention_mask` without a cache), and padding queries (masked
+    downstream) see padding. ``q [B, T, H, D]``, ``k, v [B, T, K, D]``: the kv heads are repeated
+    to the ``H`` query heads. Blocks: the largest of `FLASH_BLOCKS` dividing ``T``. Under
+    `activation_sharding` each device runs the kernel on its own rows (``shard_map``: a Pallas
+    call has no partitioning rule of its own). Off TPU the kernel runs in Pallas' TPU interpreter.
+    """
+    from jax.experimental.pallas import tpu as pltpu
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    B, T, H, D = q.shape
+    G = H // k.shape[2]
+    b = next(n for n in FLASH_BLOCKS if T % n == 0)
+    blocks = fa.BlockSizes(block_q=b, block_k_major=b, block_k=b, block_b=1, block_q_major_dkv=b,
+                           block_k_major_dkv=b, block_k_dkv=b, block_q_dkv=b, block_k_major_dq=b,
+                           block_k_dq=b, block_q_dq=b)
+
+    def kernel(q, k, v, seg):
+        heads = lambda x: jnp.repeat(x.astype(q.dtype), G, axis=2).transpose(0, 2, 1, 3)  # noqa: E731
+        out = fa.flash_attention(q.transpose(0, 2, 1, 3), heads(k), heads(v), segment_ids=fa.SegmentIds(seg, seg),
+                                 causal=True, sm_scale=1.0 / math.sqrt(D), block_sizes=blocks)
+        return out.transpose(0, 2, 1, 3)
+
+    local = kernel if _platform() == "tpu" else _interpreted(kernel, pltpu.force_tpu_interpret_mode)
+
+    segment_ids = segment_ids.astype(jnp.int32)
+    rows = row_context()
+    if rows is None:
+        return local(q, k, v, segment_ids)
+    mesh, axes = rows
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(axes),) * 4, out_specs=P(axes), check_vma=False)(
+        q, k, v, segment_ids)
 
 
 def _attend_cached(q, kt, v, mask, head_dim):
@@ -327,7 +410,10 @@ class Decoder(nn.Module):
         embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=pdtype,
                          embedding_init=nn.initializers.normal(0.02), name="embed_tokens")
         x = constrain_rows(embed(tokens))
-        mask = attention_mask(kv_mask, tokens.shape[1], cache_index)
+        if cache is None and uses_flash(cfg.attention, tokens.shape[1]):
+            mask = kv_mask.astype(jnp.int32)  # segment ids: the flash kernel masks causally itself
+        else:
+            mask = attention_mask(kv_mask, tokens.shape[1], cache_index)
         cache_index = jnp.asarray(cache_index, jnp.int32)
         block = Block
         use_remat, policy = remat_policy(cfg.remat)

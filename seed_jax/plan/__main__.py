@@ -32,10 +32,15 @@ def main(argv):
     spec = _TARGET.value
     if spec.startswith(("gpu:", "cpu:")):
         jax.config.update("jax_platforms", "cpu")  # fake devices: no accelerator backend to start
-    if spec.startswith("cpu:"):
-        from seed_jax.train.xla_setup import configure
+    from seed_jax.train.xla_setup import configure
 
-        configure(None, gpu=False, tpu=False)  # a CPU run's own XLA flags (before the backend starts)
+    # The run's own XLA flags, set before the backend starts, so the plan compiles what the run
+    # would: a CPU run's (cpu:), or libtpu's (tpu:). gpu: targets compile with XLA:CPU, which
+    # the GPU flags do not steer.
+    if spec.startswith("cpu:"):
+        configure(None, gpu=False, tpu=False)
+    elif spec.startswith("tpu:"):
+        configure(None, gpu=False, tpu=True)
     from seed_jax.pipeline.validate import ConfigValueError, validate
     from seed_jax.plan.analysis import format_plan, plan_run, write_json
     from seed_jax.plan.programs import PROGRAM_NAMES, PlanConfigError

@@ -89,6 +89,7 @@ class ProgramPlan:
     compile_s: float
     unknown_loops: list[str]
     error: str = ""  # why XLA refused to compile it (out of memory), when it did
+    uncosted_kernels: list[str] = dataclasses.field(default_factory=list)  # FLOPs not counted (MFU a floor)
 
     @property
     def collective_total(self) -> float:
@@ -176,7 +177,7 @@ def measure(program: Program, target: Target) -> ProgramPlan:
         total=total, hbm=chip.hbm, fits=total <= (1 - HEADROOM) * chip.hbm, flops=flops, xla_flops=xla_flops,
         hbm_bytes=stats.hbm_bytes, collective_bytes=stats.collective_bytes, link_bytes=stats.link_bytes,
         roofline_s=roofline, mfu=compute_s / roofline if roofline > 0 else 0.0, compile_s=compile_s,
-        unknown_loops=stats.unknown_loops)
+        unknown_loops=stats.unknown_loops, uncosted_kernels=stats.uncosted_kernels)
 
 
 def target_hosts(target: Target) -> int:
@@ -259,6 +260,9 @@ def format_plan(plan: Plan) -> str:
     for p in plan.programs:
         lines.append(f"  {p.name}: {p.note}" + (f" ({len(p.unknown_loops)} data-dependent loop(s))"
                                                 if p.unknown_loops else "")
+                     + (f"; {len(p.uncosted_kernels)} kernel(s) declare no cost, their FLOPs are not counted"
+                        f" (the MFU is a floor): {', '.join(sorted({k.rsplit('.', 1)[0] for k in p.uncosted_kernels}))}"
+                        if p.uncosted_kernels else "")
                      + (f"; XLA refused to compile it: {p.error}" if p.error else ""))
     if not plan.fits:
         lines.append(misfit_message(plan))

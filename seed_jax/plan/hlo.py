@@ -22,6 +22,10 @@ conditions, called and branch computations, async wrappers; not fusion bodies or
                                                             window taps that meet an input
                                                             element: XLA:TPU writes batched
                                                             matmuls as dilated convolutions)
+                                                            plus a kernel's (custom call's)
+                                                            declared ``cost_estimate`` flops; a
+                                                            Pallas kernel declaring none is
+                                                            listed in ``uncosted_kernels``
     hbm bytes              = sum m * (bytes read + written) per top-level instruction; a fusion
                                                             operand only dynamic-sliced (also
                                                             inside nested fusions) counts its
@@ -230,10 +234,21 @@ class HloStats:
     collective_bytes: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(COLLECTIVES, 0.0))
     link_bytes: float = 0.0
     loops: list[tuple[str, int | None]] = dataclasses.field(default_factory=list)
+    uncosted_kernels: list[str] = dataclasses.field(default_factory=list)  # their FLOPs are not counted
 
     @property
     def unknown_loops(self) -> list[str]:
         return [name for name, n in self.loops if n is None]
+
+
+_COST_FLOPS = re.compile(r'cost_estimate\\?"\s*:\s*\{\s*\\?"flops\\?"\s*:\s*\\?"?([0-9.eE+]+)')
+
+
+def declared_flops(attrs: str) -> float | None:
+    """The ``flops`` of a custom call's ``cost_estimate`` (Pallas kernels may declare one in
+    their backend config), or None."""
+    m = _COST_FLOPS.search(attrs)
+    return float(m.group(1)) if m else None
 
 
 def _collective_kind(opcode: str) -> str | None:
@@ -409,6 +424,12 @@ class _Walker:
             elif ins.opcode == "fusion":
                 for callee in _attr_names(ins.attrs, "calls"):
                     self.stats.flops += m * self.fused_flops(callee)
+            elif ins.opcode == "custom-call":
+                declared = declared_flops(ins.attrs)
+                if declared is not None:
+                    self.stats.flops += m * declared
+                elif 'custom_call_target="tpu_custom_call"' in ins.attrs:
+                    self.stats.uncosted_kernels.append(ins.name)
             self.stats.hbm_bytes += m * self.instr_bytes(comp, ins)
             if ins.opcode == "while":
                 n = trip_count(self.comps, comp, ins)
