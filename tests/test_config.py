@@ -236,7 +236,7 @@ if __name__ == "__main__":  # re-record the fixtures (a deliberate change to a p
         json.dumps(resolved_train_configs(), indent=1, sort_keys=True) + "\n")
 
 
-@pytest.mark.parametrize("key,value", [("model.remat", "most"), ("model.attention", "flash"), ("mesh.fsdp", 0),
+@pytest.mark.parametrize("key,value", [("model.remat", "most"), ("model.attention", "splash"), ("mesh.fsdp", 0),
                                        ("mesh.fsdp", -2), ("rollout.temperature", 0.0),
                                        ("rollout.temperature", -1.0), ("eval.temperature", -0.1)])
 def test_a_bad_scale_key_is_rejected_naming_it(key, value):

@@ -208,6 +208,15 @@ BIG = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size
        "tie_word_embeddings": False}
 
 
+def test_sft_step_of_fewer_rows_than_devices_is_planned_with_fill_rows():
+    """The paper's 8-row SFT batch on a 16-chip slice was refused (rows not a multiple of the mesh);
+    the run now fills each batch with masked rows to the mesh's row shards, and the plan with it."""
+    r = _run(["-m", "seed_jax.plan", "--config=configs/alfworld.py:tiny", "--target=cpu:8", "--programs=sft_step",
+              "--config.stage1.sft_batch_size=2", "--config.stage1.sft_micro_batch_size=2"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "sft_step: 8 rows (2 examples) x " in r.stdout and "micro-batches of 8" in r.stdout
+
+
 def test_dry_run_of_a_config_that_cannot_fit_exits_nonzero_naming_the_program(tmp_path):
     """2 layers of width 4096 and a 152k vocabulary in float32: 1.9B parameters, 30 GB of state
     with Adam, on one 24 GB L4."""

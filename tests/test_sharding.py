@@ -114,7 +114,38 @@ def worker(out: str) -> None:
     }
     assert specs == {"q": P(None, "fsdp", "tensor"), "mu_down": P(None, "tensor", "fsdp"),
                      "embed": P("tensor", "fsdp")}, specs
+    saved.update(sft_step_with_fill_rows(make_mesh(data=1, fsdp=8)))
     np.savez(out, **saved)
+
+
+def sft_step_with_fill_rows(mesh) -> dict:
+    """One stage-1 SFT step of 3 examples in one micro-batch, filled as the run fills them for
+    ``mesh`` (`sft_train_config` / `sft_rows`: masked rows up to the mesh's row shards)."""
+    import jax.numpy as jnp
+    import ml_collections
+
+    from seed_jax.pipeline.runtime import sft_rows, sft_train_config
+    from seed_jax.train.batch import SftBatch
+    from seed_jax.train.mesh import batch_divisor, host_local_batch_to_global
+    from seed_jax.train.sft import make_sft_step
+    from seed_jax.train.synthetic import synthetic_sft_batch
+
+    c = ml_collections.ConfigDict({"stage1": {"sft_lr": 1e-3, "sft_batch_size": 3, "sft_micro_batch_size": 3},
+                                   "train": {"weight_decay": 0.01, "grad_clip": 1.0},
+                                   "model": {"remat": "none", "dtype": "float32", "param_dtype": "float32"}})
+    tc = sft_train_config(c, batch_divisor(mesh))
+    rows = sft_rows(c, tc)
+    b = synthetic_sft_batch(2, 3, P_LEN, R, CFG.vocab_size)
+    pad = lambda x: jnp.concatenate([x, jnp.zeros((rows - 3, *x.shape[1:]), x.dtype)])  # noqa: E731
+    b = SftBatch(pad(b.input_ids), pad(b.attention_mask), pad(b.loss_mask))
+    if mesh.size > 1:
+        b = host_local_batch_to_global(b, mesh)
+    state = create_sharded_state(random_params(CFG, 0), tc, mesh)
+    state, m = make_sft_step(CFG, tc, mesh)(state, b)
+    out = {f"sft/state/{k}": v for k, v in flat(state.params).items()}
+    out.update({"sft/loss": np.float64(metric_means(m)["loss"]), "sft/rows": np.int64(rows),
+                "sft/micro": np.int64(tc.micro_batch_size)})
+    return out
 
 
 def test_eight_device_step_equals_one_device(tmp_path):
@@ -145,6 +176,15 @@ def test_eight_device_step_equals_one_device(tmp_path):
     ids, mask = logprob_inputs()
     ref_logp = compute_logprobs(random_params(CFG, 0), CFG, ids, mask, P_LEN, R, micro_batch=16)
     np.testing.assert_allclose(sharded["logp"], ref_logp, atol=1e-5, rtol=0)
+    # stage-1 SFT: 3 examples ran on 8 devices as 8 rows (5 masked) and updated the weights as the
+    # 3 rows alone on one device
+    one_sft = sft_step_with_fill_rows(one)
+    assert (int(one_sft["sft/rows"]), int(one_sft["sft/micro"])) == (3, 3)
+    assert (int(sharded["sft/rows"]), int(sharded["sft/micro"])) == (8, 8)
+    np.testing.assert_allclose(float(sharded["sft/loss"]), float(one_sft["sft/loss"]), rtol=1e-5)
+    for k, v in one_sft.items():
+        if k.startswith("sft/state/"):
+            np.testing.assert_allclose(sharded[k], v, atol=1e-5, rtol=0, err_msg=k)
 
 
 def test_rules_and_divisibility_fallback():

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jax
 
+from seed_jax.buckets import round_to_multiple
 from seed_jax.models import Model, ModelConfig, load_model, load_tokenizer, save_model, save_tokenizer
 from seed_jax.models.decoder import init_params
 from seed_jax.pipeline.methods import switches
@@ -50,13 +51,23 @@ def train_config(config, **overrides) -> TrainConfig:
     return TrainConfig(**kw)
 
 
-def sft_train_config(config) -> TrainConfig:
+def sft_train_config(config, row_shards: int = 1) -> TrainConfig:
     """The stage-1 SFT TrainConfig: plain cross-entropy (no entropy, KL or OPD term) at
-    ``stage1.sft_lr``, with the run's weight decay and gradient clip."""
+    ``stage1.sft_lr``, with the run's weight decay and gradient clip. Micro-batches of
+    ``stage1.sft_micro_batch_size`` rows rounded up to a multiple of ``row_shards`` (the mesh's
+    `batch_divisor`): the paper's 8-row SFT batch on a 16-chip slice runs as 16 rows, 8 of them
+    masked (`sft_rows`), the same update."""
     s = config.stage1
     return TrainConfig(lr=s.sft_lr, weight_decay=config.train.weight_decay, grad_clip=config.train.grad_clip,
-                       c_ent=0.0, c_kl=0.0, lambda_opd=0.0, micro_batch_size=s.sft_micro_batch_size,
-                       **_model_fields(config))
+                       c_ent=0.0, c_kl=0.0, lambda_opd=0.0,
+                       micro_batch_size=round_to_multiple(s.sft_micro_batch_size, row_shards), **_model_fields(config))
+
+
+def sft_rows(config, tc: TrainConfig) -> int:
+    """Rows of one stage-1 SFT step: ``stage1.sft_batch_size`` examples, filled with masked rows to a
+    multiple of ``tc``'s micro-batch (`sft_train_config`). Masked rows add nothing to the token sums
+    of the loss, so the update is that of the examples alone."""
+    return round_to_multiple(config.stage1.sft_batch_size, tc.micro_batch_size)
 
 
 def _model_fields(config) -> dict:
@@ -146,5 +157,5 @@ def make_pool(config, bench):
                          step_timeout_s=config.env.step_timeout_s, seed=config.seed)
 
 
-__all__ = ["setup_xla", "compilation_cache_on", "drop_compiled", "train_config", "sft_train_config", "load_policy", "random_model_config", "save_policy",
+__all__ = ["setup_xla", "compilation_cache_on", "drop_compiled", "train_config", "sft_train_config", "sft_rows", "load_policy", "random_model_config", "save_policy",
            "rollout_settings", "make_pool"]

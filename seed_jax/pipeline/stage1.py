@@ -16,12 +16,13 @@ from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
 from seed_jax.pipeline.methods import needs_skill_bank
 from seed_jax.pipeline.multihost import host_local_params, to_global
 from seed_jax.pipeline.run import Run
-from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings, save_policy, sft_train_config
+from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings, save_policy, sft_rows, sft_train_config
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
 from seed_jax.rollout.trajectory import read_trajectories, write_trajectories
 from seed_jax.skills import SkillRecord, read_skill_records, write_skill_records
 from seed_jax.train.batch import SftBatch
 from seed_jax.train.logprobs import compute_logprobs
+from seed_jax.train.mesh import batch_divisor
 from seed_jax.train.sft import make_sft_step
 from seed_jax.train.state import create_sharded_state
 from seed_jax.train.update import metric_means
@@ -96,9 +97,10 @@ def annotate_stage(run: Run) -> dict:
 
 
 def sft_batches(records, encode_prompt, tokenizer, max_prompt_tokens: int, max_answer_tokens: int,
-                batch_size: int, seed: int, epoch: int):
-    """Yield `SftBatch`es of ``batch_size`` rows (x_tau LEFT-padded to P, answer + EOS RIGHT-padded
-    to R; the last batch filled with masked rows), in a seeded order per epoch."""
+                batch_size: int, seed: int, epoch: int, rows: int | None = None):
+    """Yield `SftBatch`es of ``batch_size`` examples (x_tau LEFT-padded to P, answer + EOS
+    RIGHT-padded to R), in a seeded order per epoch, each filled with masked rows to ``rows``
+    (default ``batch_size``; the last batch too)."""
     eos = tokenizer.eos_token_id
     ex = []
     for r in records:
@@ -114,7 +116,7 @@ def sft_batches(records, encode_prompt, tokenizer, max_prompt_tokens: int, max_a
     pad = tokenizer.pad_token_id or 0
     for s in range(0, len(order), batch_size):
         idx = order[s:s + batch_size]
-        fill = [[]] * (batch_size - len(idx))
+        fill = [[]] * ((rows or batch_size) - len(idx))
         yield SftBatch.pack([ex[i][0] for i in idx] + fill, [ex[i][1] for i in idx] + fill, P, R, pad)
 
 
@@ -165,12 +167,13 @@ def format_demonstrations(run: Run) -> list[Demonstration]:
     return out
 
 
-def sft_epoch_batches(groups, encode_prompt, tokenizer, batch_size: int, seed: int, epoch: int) -> list:
+def sft_epoch_batches(groups, encode_prompt, tokenizer, batch_size: int, seed: int, epoch: int,
+                      rows: int | None = None) -> list:
     """One epoch's batches over several record groups, each group padded to its own shapes
     (`sft_batches`; ``groups``: ``(records, max_prompt_tokens, max_answer_tokens)``), the batches
     of all groups in a seeded order."""
     batches = [b for records, p_max, a_max in groups
-               for b in sft_batches(records, encode_prompt, tokenizer, p_max, a_max, batch_size, seed, epoch)]
+               for b in sft_batches(records, encode_prompt, tokenizer, p_max, a_max, batch_size, seed, epoch, rows)]
     random.Random(f"{seed}:{epoch}:groups").shuffle(batches)
     return batches
 
@@ -195,7 +198,7 @@ def sft(run: Run, mesh) -> dict:
     if not records:
         log.warning("stage-1 SFT: no accepted skill records%s", "" if demos else "; the SFT policy is the base policy")
     if groups:
-        tc = sft_train_config(c)
+        tc = sft_train_config(c, batch_divisor(mesh))
         summary["heldout_nll_before"] = heldout_nll(model.params, model.config, held, encode, tok, c)
         state = create_sharded_state(model.params, tc, mesh, rng=c.seed)
         model = dataclasses.replace(model, params=None)  # the state holds its own copy: free the loaded one
@@ -205,7 +208,7 @@ def sft(run: Run, mesh) -> dict:
         bar = StageProgress(n_batches * c.stage1.sft_epochs, "stage-1 SFT", unit="batch")
         i = 0
         for epoch in range(c.stage1.sft_epochs):
-            for batch in sft_epoch_batches(groups, encode, tok, bs, c.seed, epoch):
+            for batch in sft_epoch_batches(groups, encode, tok, bs, c.seed, epoch, sft_rows(c, tc)):
                 # on several hosts every host feeds the same rows: duplicated rows leave every
                 # token mean (and so the update) exactly as on one host
                 state, m = step(state, to_global(batch, mesh))

@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding
 from seed_jax import sampling
 from seed_jax.buckets import round_to_multiple, round_up, row_bucket
 from seed_jax.models.config import ModelConfig
-from seed_jax.pipeline.runtime import sft_train_config, train_config
+from seed_jax.pipeline.runtime import sft_rows, sft_train_config, train_config
 from seed_jax.sampling import SamplingParams
 from seed_jax.train.batch import SeedBatch, SftBatch
 from seed_jax.train.config import TrainConfig
@@ -86,7 +86,6 @@ class Shapes:
     analysis_prompt: int
     analysis_new: int
     sft_rows: int
-    sft_micro: int
     sft_answer: int
 
     @classmethod
@@ -99,7 +98,7 @@ class Shapes:
                    analysis_rows=row_bucket(config.analysis.batch_size),
                    analysis_prompt=round_up(config.analysis.max_prompt_tokens),
                    analysis_new=config.analysis.max_new_tokens, sft_rows=config.stage1.sft_batch_size,
-                   sft_micro=config.stage1.sft_micro_batch_size, sft_answer=round_up(config.stage1.max_answer_tokens))
+                   sft_answer=round_up(config.stage1.max_answer_tokens))
 
 
 def _check_rows(key: str, rows: int, mesh) -> None:
@@ -138,13 +137,15 @@ def train_program(model_cfg: ModelConfig, tc: TrainConfig, s: Shapes, mesh) -> P
                    note)
 
 
-def sft_program(model_cfg: ModelConfig, tc: TrainConfig, s: Shapes, mesh) -> Program:
-    """The stage-1 SFT step on one batch."""
-    _check_rows("stage1.sft_micro_batch_size", s.sft_micro, mesh)
+def sft_program(model_cfg: ModelConfig, config, s: Shapes, mesh) -> Program:
+    """The stage-1 SFT step on one batch, its rows filled to the mesh's row shards as the run does
+    (`sft_train_config`, `sft_rows`)."""
+    tc = sft_train_config(config, batch_divisor(mesh))
     sh = batch_sharding(mesh)
-    B, L = s.sft_rows, s.analysis_prompt + s.sft_answer
+    B, L = sft_rows(config, tc), s.analysis_prompt + s.sft_answer
     batch = SftBatch(sds((B, L), jnp.int32, sh), sds((B, L), jnp.int32, sh), sds((B, s.sft_answer), jnp.float32, sh))
-    note = f"{B} rows x {s.analysis_prompt}+{s.sft_answer} tokens, micro-batches of {s.sft_micro}"
+    note = (f"{B} rows ({s.sft_rows} examples) x {s.analysis_prompt}+{s.sft_answer} tokens, "
+            f"micro-batches of {tc.micro_batch_size}")
     return Program("sft_step", make_sft_step(model_cfg, tc, mesh), (abstract_state(model_cfg, tc, mesh), batch), note)
 
 
@@ -199,7 +200,7 @@ def run_programs(config, model_cfg: ModelConfig, mesh, names: set[str] | None = 
     if want("train_step"):
         out.append(train_program(model_cfg, tc, s, mesh))
     if want("sft_step"):
-        out.append(sft_program(model_cfg, sft_train_config(config), s, mesh))
+        out.append(sft_program(model_cfg, config, s, mesh))
     if want("logprobs"):
         out.append(logprob_program("logprobs", model_cfg, tc, s.micro_batch, s.prompt, s.response, mesh, hosts))
     if want("teacher_logprobs"):
