@@ -86,6 +86,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.stage1.sft_lr = 5e-6
     c.stage1.sft_batch_size = 8
     c.stage1.sft_micro_batch_size = 8
+    c.stage1.sft_remat = ""  # '' = model.remat; the SFT's analyzer prompts are ~10x the RL prompts' length
     c.stage1.heldout_fraction = 0.1
     c.stage1.max_answer_tokens = 512
     c.stage1.format_warmup_tasks = 0  # >0: SFT also on the env's scripted acting turns for this many train tasks
@@ -136,10 +137,12 @@ def base_config() -> ml_collections.ConfigDict:
 
 # The train-side settings of every ``paper`` preset: parameters sharded ZeRO-3 style over one
 # interconnect domain (a TPU slice, a GPU node: `mesh.auto_fsdp`), bfloat16 compute on float32 master weights, each block rematerialised
-# except its attention projections, fused attention (cuDNN on GPU), 16-row micro-batches
-# (2 rows per device on 8 GPUs, 1 on a 16-chip TPU slice).
+# except its attention projections (whole blocks in the stage-1 SFT, whose 24,576-token analyzer
+# prompts need 20 GB of kept activations per v5e chip otherwise), fused attention (the Pallas flash
+# kernel on TPU), 16-row micro-batches (2 rows per device on 8 GPUs, 1 on a 16-chip TPU slice).
 PAPER_SCALE = {"model.dtype": "bfloat16", "model.param_dtype": "float32", "model.remat": "save_dots_except_mlp",
-               "model.attention": "dot_product", "mesh.data": -1, "mesh.fsdp": -1, "train.micro_batch_size": 16}
+               "stage1.sft_remat": "full", "model.attention": "dot_product", "mesh.data": -1, "mesh.fsdp": -1,
+               "train.micro_batch_size": 16}
 
 
 def set_keys(c: ml_collections.ConfigDict, values: Mapping[str, object]) -> None:

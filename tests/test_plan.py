@@ -227,6 +227,7 @@ def test_dry_run_of_a_config_that_cannot_fit_exits_nonzero_naming_the_program(tm
     assert r.returncode == 2, r.stderr[-2000:]
     err = r.stderr.strip().splitlines()[-1]
     assert err.startswith("error: train_step does not fit gpu:l4x1:") and "GB per device of 24.00 GB" in err
+    assert "turn train.micro_batch_size, model.remat" in err and "sft_micro_batch_size" not in err
     assert "fits: no" in r.stdout
     assert not (tmp_path / "w").exists()
 

@@ -189,8 +189,11 @@ def _dense(features, cfg, name, bias=False):
                     kernel_init=nn.initializers.normal(0.02))
 
 
+QUERY_BLOCK = 2048  # `attend`: dot_product attention over longer sequences runs in query blocks
+
+
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-           impl: str = "reference") -> jax.Array:
+           impl: str = "reference", q_block: int = QUERY_BLOCK) -> jax.Array:
     """Grouped-query attention ``softmax(q k^T / sqrt(D) + mask) v`` -> ``[B, T, H, D]``.
 
     ``q [B, T, H, D]``, ``k, v [B, S, K, D]`` (query head ``h`` reads kv head ``h // (H/K)``),
@@ -208,11 +211,21 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     * ``"flash"``: `attend_flash` wherever the length allows (off TPU in Pallas' TPU
       interpreter: slow, for tests), ``"dot_product"`` otherwise.
 
+    ``"dot_product"`` over more than ``q_block`` queries (0: never) runs in query blocks
+    (`attend_in_query_blocks`, the largest divisor of ``T`` up to ``q_block``): XLA's attention
+    materialises whole score matrices, 40 GB per row and layer for the 24,576-token analyzer
+    prompts of the paper's stage-1 SFT.
+
     A query row whose mask is all False gets a uniform average (reference) or zeros / an
     arbitrary row (dot_product); such rows are padding and are masked downstream.
     """
     if mask.ndim == 2:
         return attend_flash(q, k, v, mask)
+    T = q.shape[1]
+    if impl in ("dot_product", "flash") and q_block and T > q_block:
+        block = max(d for d in range(1, q_block + 1) if T % d == 0)
+        if block >= FLASH_BLOCKS[-1]:
+            return attend_in_query_blocks(q, k, v, mask, impl, block)
     if impl in ("dot_product", "flash"):
         return jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype),
                                             mask=mask[:, None, :, :])
@@ -237,6 +250,22 @@ def uses_flash(impl: str, length: int) -> bool:
     """Whether the scanned (cache-free) decoder attends with `attend_flash`: ``impl`` "flash",
     or "dot_product" traced for TPU, and a sequence ``length`` the kernel's blocks divide."""
     return (impl == "flash" or (impl == "dot_product" and _platform() == "tpu")) and length % FLASH_BLOCKS[-1] == 0
+
+
+def attend_in_query_blocks(q, k, v, mask, impl: str, block: int) -> jax.Array:
+    """`attend` with the queries in blocks of ``block`` positions (one `jax.lax.map` step per
+    block, each rematerialised in the backward pass): the same ``[B, T, H, D]`` (each query's
+    softmax is over all of ``S`` either way) with one block's scores alive at a time, forward and
+    backward. ``block`` divides ``T``; ``block >= T`` (or 0) is one block."""
+    B, T, H, D = q.shape
+    if not block or block >= T:
+        return attend(q, k, v, mask, impl, q_block=0)
+    n = T // block
+    qs = q.reshape(B, n, block, H, D).swapaxes(0, 1)
+    ms = mask.reshape(B, n, block, mask.shape[-1]).swapaxes(0, 1)
+    one = jax.checkpoint(lambda qb, mb: attend(qb, k, v, mb, impl, q_block=0))
+    out = jax.lax.map(lambda xs: one(*xs), (qs, ms))
+    return out.swapaxes(0, 1).reshape(B, T, H, D)
 
 
 def _interpreted(fn, context):

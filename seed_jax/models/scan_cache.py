@@ -12,7 +12,7 @@ that one compiled layer body serves every depth (compile time independent of
   over its head axis when they divide it);
 * `prefill` runs the prompt in ``chunks`` groups of rows (a `jax.lax.fori_loop`): chunk ``j``
   holds rows ``i * chunks + j``, so every row shard works on every chunk; within a chunk the
-  queries run in blocks of ``q_chunk`` positions (`attend_in_query_chunks`), so the attention
+  queries run in blocks of ``q_chunk`` positions (`decoder.attend_in_query_blocks`), so the attention
   scores ``[B / chunks, K, G, q_chunk, P]`` (float32) are bounded whatever ``B`` and ``P``;
 * `decode_step` runs one token for every row against the whole cache (every slot, masked).
   Each layer reads its ``[B, S, K, D]`` slice of the stacked cache by a dynamic index; where
@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from seed_jax.models.config import ModelConfig
-from seed_jax.models.decoder import apply_rope, attend, attention_mask, rope_inv_freq
+from seed_jax.models.decoder import apply_rope, attend, attend_in_query_blocks, attention_mask, rope_inv_freq
 
 Shard = Callable[[jax.Array, str], jax.Array]  # (array, role) -> the array constrained to its layout
 
@@ -109,21 +109,6 @@ def _logits_last(sp, cfg: ModelConfig, x, dtype, shard: Shard):
     return shard(jnp.dot(h, sp["lm_head"].astype(dtype), preferred_element_type=jnp.float32), "logits")
 
 
-def attend_in_query_chunks(q, k, v, mask, impl: str, q_chunk: int):
-    """`decoder.attend` with the queries in blocks of ``q_chunk`` positions (one `jax.lax.map`
-    step per block): the same ``[B, T, H, D]`` (each query's softmax is over all of ``S``
-    either way), with at most ``q_chunk`` queries' scores alive at once. ``q_chunk`` divides
-    ``T``; ``q_chunk >= T`` (or 0) is one block."""
-    B, T, H, D = q.shape
-    if not q_chunk or q_chunk >= T:
-        return attend(q, k, v, mask, impl)
-    n = T // q_chunk
-    qs = q.reshape(B, n, q_chunk, H, D).swapaxes(0, 1)
-    ms = mask.reshape(B, n, q_chunk, mask.shape[-1]).swapaxes(0, 1)
-    out = jax.lax.map(lambda xs: attend(xs[0], k, v, xs[1], impl), (qs, ms))
-    return out.swapaxes(0, 1).reshape(B, T, H, D)
-
-
 def prefill(sp: dict, cfg: ModelConfig, tokens, positions, kv_mask, cache: StackedCache, chunks: int,
             shard: Shard = no_shard, q_chunk: int = 0):
     """Prompt pass: ``(float32 logits [B, V] of the last prompt position, cache)``.
@@ -131,7 +116,7 @@ def prefill(sp: dict, cfg: ModelConfig, tokens, positions, kv_mask, cache: Stack
     ``tokens``/``positions [B, P]`` (left-padded prompts), ``kv_mask [B, S]`` (S >= P; slots
     ``< P`` are the prompt's), the cache's slots ``[0, P)`` are written. ``chunks`` divides
     ``B``; chunk ``j`` is rows ``i * chunks + j`` (module docstring). ``q_chunk`` (dividing
-    ``P``; 0 = all of ``P``): queries per attention block (`attend_in_query_chunks`).
+    ``P``; 0 = all of ``P``): queries per attention block (`decoder.attend_in_query_blocks`).
     """
     dtype = sp["lm_head"].dtype
     B, P = tokens.shape
@@ -154,7 +139,7 @@ def prefill(sp: dict, cfg: ModelConfig, tokens, positions, kv_mask, cache: Stack
             at = (li, 0, j, 0, 0, 0)
             ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype)[None, :, None], at)
             cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype)[None, :, None], at)
-            attn = attend_in_query_chunks(q, k.astype(ck.dtype), v.astype(cv.dtype), m, cfg.attention, q_chunk)
+            attn = attend_in_query_blocks(q, k.astype(ck.dtype), v.astype(cv.dtype), m, cfg.attention, q_chunk)
             return (_finish_block(lp, cfg, x, attn, dtype, shard), ck, cv), None
 
         (x, ck, cv), _ = jax.lax.scan(layer, (x, ck, cv), (sp["layers"], jnp.arange(L)))

@@ -99,7 +99,7 @@ def wandb_settings(config) -> WandbSettings | None:
 RESULT_NEUTRAL_KEYS = frozenset({
     "stages", "env.num_workers", "env.step_timeout_s", "eval.checkpoint", "rl.checkpoint_every",
     "rl.keep_checkpoints", "rl.eval_every", "rl.audit_gates", "low_memory", "rl.transcripts_per_update", "stage1.openai_api_key_env",
-    "stage1.openai_max_concurrency", "model.remat", "model.attention", "tracking.wandb", "tracking.wandb_project",
+    "stage1.openai_max_concurrency", "model.remat", "stage1.sft_remat", "model.attention", "tracking.wandb", "tracking.wandb_project",
     "tracking.wandb_entity", "tracking.wandb_mode", "mesh.data", "mesh.fsdp", "mesh.tensor", "xla.cache_dir",
     "rollout.wave_rows", "sampler.backend", "sampler.tensor_parallel", "sampler.prefill_scratch_mb"})
 

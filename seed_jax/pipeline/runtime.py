@@ -56,11 +56,14 @@ def sft_train_config(config, row_shards: int = 1) -> TrainConfig:
     ``stage1.sft_lr``, with the run's weight decay and gradient clip. Micro-batches of
     ``stage1.sft_micro_batch_size`` rows rounded up to a multiple of ``row_shards`` (the mesh's
     `batch_divisor`): the paper's 8-row SFT batch on a 16-chip slice runs as 16 rows, 8 of them
-    masked (`sft_rows`), the same update."""
+    masked (`sft_rows`), the same update. Remat: ``stage1.sft_remat`` ('' = ``model.remat``)."""
     s = config.stage1
+    fields = _model_fields(config)
+    if s.get("sft_remat"):
+        fields["remat"] = s.sft_remat
     return TrainConfig(lr=s.sft_lr, weight_decay=config.train.weight_decay, grad_clip=config.train.grad_clip,
                        c_ent=0.0, c_kl=0.0, lambda_opd=0.0,
-                       micro_batch_size=round_to_multiple(s.sft_micro_batch_size, row_shards), **_model_fields(config))
+                       micro_batch_size=round_to_multiple(s.sft_micro_batch_size, row_shards), **fields)
 
 
 def sft_rows(config, tc: TrainConfig) -> int:

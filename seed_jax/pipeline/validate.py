@@ -112,6 +112,8 @@ def validate(config, hosts: int = 1) -> None:
         bad("rollout.wave_rows", "must be >= 0 (0: every live episode in one sampler call)")
     if config.model.remat not in REMAT_POLICIES and not isinstance(config.model.remat, bool):
         bad("model.remat", f"must be one of {' | '.join(REMAT_POLICIES)}")
+    if config.stage1.sft_remat not in ("", *REMAT_POLICIES):
+        bad("stage1.sft_remat", f"must be '' (= model.remat) or one of {' | '.join(REMAT_POLICIES)}")
     if config.model.attention not in ATTENTION_IMPLS:
         bad("model.attention", f"must be one of {' | '.join(ATTENTION_IMPLS)}")
     if config.mesh.tensor < 1:

@@ -221,13 +221,26 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
                 target.approximate_memory, programs)
 
 
+# The config keys that size each program (the misfit line names them).
+KNOBS = {
+    "train_step": "train.micro_batch_size, model.remat, rollout.max_prompt_tokens / max_teacher_prompt_tokens / "
+                  "max_response_tokens",
+    "sft_step": "stage1.sft_micro_batch_size, model.remat, analysis.max_prompt_tokens, stage1.max_answer_tokens",
+    "logprobs": "train.micro_batch_size, rollout.max_prompt_tokens / max_response_tokens",
+    "teacher_logprobs": "train.micro_batch_size, rollout.max_teacher_prompt_tokens",
+    "rollout": "rollout.wave_rows, sampler.tensor_parallel, sampler.prefill_scratch_mb, rollout.max_prompt_tokens",
+    "analysis": "analysis.batch_size, sampler.tensor_parallel, sampler.prefill_scratch_mb, analysis.max_prompt_tokens "
+                "/ max_new_tokens",
+}
+
+
 def misfit_message(plan: Plan) -> str | None:
     """One line naming the first program that does not fit, its bytes and the knobs; None when all fit."""
     for p in plan.programs:
         if not p.fits:
+            knobs = KNOBS.get(p.name) or KNOBS.get(p.name.rsplit("_", 1)[0], "")
             return (f"{p.name} does not fit {plan.target}: {_gb(p.total)} GB per device of {_gb(p.hbm)} GB "
-                    f"({HEADROOM:.0%} headroom kept); turn train.micro_batch_size, mesh.fsdp, model.dtype / "
-                    f"model.param_dtype, model.remat, or the rollout / analysis lengths and batch sizes")
+                    f"({HEADROOM:.0%} headroom kept); turn {knobs}, mesh.fsdp or model.dtype / model.param_dtype")
     return None
 
 
