@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,3 +75,52 @@ def test_a_host_without_tasks_trains_on_padding_rows(tmp_path):
         assert math.isfinite(r["train/loss"]) and r["train/optimizer_steps"] >= 1
         assert r["rollout/trajectories"] == 2  # host 0 (which writes the metrics): 1 task x 2 rollouts
     assert (tmp_path / "rl" / "final_model" / "model.safetensors").exists()
+
+
+PASS_WORKER = """
+import sys
+import numpy as np
+from seed_jax.train.mesh import maybe_initialize_distributed
+maybe_initialize_distributed()
+import jax
+from seed_jax.train.logprobs import compute_logprobs
+from seed_jax.train.mesh import make_mesh
+from seed_jax.train.synthetic import random_params, synthetic_seed_batch, tiny_config
+cfg = tiny_config()
+pid = jax.process_index()
+rows = [3, 0][pid] if sys.argv[2] == "empty" else [3, 5][pid]
+b = synthetic_seed_batch(10 + pid, max(rows, 1), 7, 6, 7, cfg.vocab_size)
+ids, mask = np.asarray(b.student_ids)[:rows], np.asarray(b.student_mask)[:rows]
+mesh = make_mesh(data=1, fsdp=2)  # one device per process: params sharded over both
+logp = compute_logprobs(random_params(cfg, 0), cfg, ids, mask, 7, 6, micro_batch=4, mesh=mesh)
+np.savez(sys.argv[1] + f"/host{pid}.npz", logp=logp, ids=ids, mask=mask)
+"""
+
+
+@pytest.mark.parametrize("case", ["rows", "empty"])
+def test_log_prob_passes_of_two_hosts_run_together(tmp_path, case):
+    """Two processes (one CPU device each) score their own rows in passes over the 2-device mesh:
+    3 and 5 rows in global passes of 4 (2 per host; host 0 runs out first and fills), or a host
+    with no rows taking part; each host's log-probs equal the one-process pass of its rows."""
+    port = _free_port()
+    procs = []
+    for pid in range(2):
+        env = {**os.environ, "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2",
+               "JAX_PROCESS_ID": str(pid), "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        procs.append(subprocess.Popen([sys.executable, "-c", PASS_WORKER, str(tmp_path), case], cwd=REPO, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    from seed_jax.train.logprobs import compute_logprobs
+    from seed_jax.train.synthetic import random_params, tiny_config
+
+    cfg = tiny_config()
+    params = random_params(cfg, 0)
+    for pid, n in enumerate([3, 0] if case == "empty" else [3, 5]):
+        got = np.load(tmp_path / f"host{pid}.npz")
+        assert got["logp"].shape == (n, 6)
+        if n:
+            want = compute_logprobs(params, cfg, got["ids"], got["mask"], 7, 6, micro_batch=4)
+            np.testing.assert_allclose(got["logp"], want, atol=1e-5, rtol=0)

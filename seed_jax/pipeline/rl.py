@@ -211,8 +211,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     model, tok = load_policy(c, rl_start_dir(run))
     cfg = model.config
     tc = train_config(c)
-    # host-local passes on several hosts keep their params whole
-    pass_mesh = mesh if jax.process_count() == 1 else None
+    pass_mesh = mesh  # the log-prob passes run over the training mesh (on several hosts together)
 
     def reference():
         """The frozen KL reference (the RL start) in the compute dtype, sharded like the policy;
@@ -273,7 +272,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
         for u in range(start, c.rl.num_updates):
             timer = Timer()
             tasks = update_tasks(run, u)
-            old = host_local_params(state.params)  # theta_old for the log-prob passes
+            old = state.params  # theta_old for the log-prob passes (sharded as the state holds it)
             # every host: the sampler's copy of theta_old (rollouts and skills), gathered once
             prepare_sampler(state.params, cfg, settings.sampler)
             with timer("rollout"):

@@ -25,9 +25,10 @@ import numpy as np
 from seed_jax import losses
 from seed_jax.metrics import GateSummary
 from seed_jax.models.config import ModelConfig
+from seed_jax.pipeline.multihost import common_max, is_multihost
 from seed_jax.rollout.batch import BatchSettings, RowInfo, build_batch
 from seed_jax.rollout.trajectory import Trajectory
-from seed_jax.train.batch import SeedBatch
+from seed_jax.train.batch import SeedBatch, grow_sequences
 from seed_jax.train.config import TrainConfig
 from seed_jax.train.logprobs import compute_logprobs
 
@@ -128,24 +129,44 @@ def build_update_batch(
     With a ``mesh`` the log-prob passes run sharded (rows over ('data', 'fsdp'), parameters by
     the rules, `seed_jax.train.logprobs.make_logprob_pass`). ``allow_empty`` (several hosts):
     without any trajectory to train on, the batch has no rows (`empty_seed_batch`) and the host
-    contributes masked padding rows to every step."""
+    contributes masked padding rows to every step.
+
+    Several hosts sharing ``mesh`` run every pass together (`compute_logprobs`): each widens its
+    rows to the common prompt / response lengths (`common_max`), a host without rows takes part
+    with none, and the teacher pass runs when any host has a skill."""
     tc = train_cfg
-    if allow_empty and not any(not t.env_error and t.steps for t in trajectories):
+    empty = allow_empty and not any(not t.env_error and t.steps for t in trajectories)
+    together = mesh is not None and is_multihost()
+    if empty and not together:
         return UpdateBatch(empty_seed_batch(tc), [], [], {})
-    samples = build_batch(trajectories, skills, encode_prompt, settings, pad_id=pad_id,
-                          with_teacher=with_teacher or tc.use_teacher)
-    P, Pt, R = samples.prompt_len, samples.teacher_prompt_len, samples.response_len
+    samples = None if empty else build_batch(trajectories, skills, encode_prompt, settings, pad_id=pad_id,
+                                             with_teacher=with_teacher or tc.use_teacher)
+    P, Pt, R = (1, 1, 1) if empty else (samples.prompt_len, samples.teacher_prompt_len or 1, samples.response_len)
+    n_skill = 0 if empty else int(samples.has_skill.sum())
+    twins = not empty and samples.teacher_ids is not None
+    Pw, Ptw, Rw, any_skill, any_twins = (common_max(P, Pt, R, n_skill, int(twins)) if together
+                                         else (P, Pt, R, n_skill, int(twins)))
 
-    def logprobs(params, ids, mask, prompt_len):
-        return compute_logprobs(params, model_cfg, ids, mask, prompt_len, R, micro_batch_size, mesh=mesh,
-                                temperature=tc.temperature)
+    def logprobs(params, ids, mask, prompt_len, wide_prompt):
+        if empty:
+            ids = mask = np.zeros((0, wide_prompt + Rw), np.int32)
+        else:
+            ids, mask = (grow_sequences(np.asarray(x), prompt_len, wide_prompt, Rw) for x in (ids, mask))
+        out = compute_logprobs(params, model_cfg, ids, mask, wide_prompt, Rw, micro_batch_size, mesh=mesh,
+                               temperature=tc.temperature)
+        return out[:, :R]
 
-    old = logprobs(old_params, samples.student_ids, samples.student_mask, P)
-    ref = logprobs(ref_params, samples.student_ids, samples.student_mask, P) if tc.c_kl > 0 else None
+    student = (None, None) if empty else (samples.student_ids, samples.student_mask)
+    old = logprobs(old_params, *student, P, Pw)
+    ref = logprobs(ref_params, *student, P, Pw) if tc.c_kl > 0 else None
     teacher = None
-    n_skill = int(samples.has_skill.sum())
-    if samples.teacher_ids is not None and n_skill and (audit_gates or tc.teacher_from_old):
-        teacher = logprobs(old_params, samples.teacher_ids, samples.teacher_mask, Pt)
+    if any_twins and any_skill and (audit_gates or tc.teacher_from_old):
+        twin = (samples.teacher_ids, samples.teacher_mask) if twins else (None, None)
+        teacher = logprobs(old_params, *twin, Pt, Ptw)
+    if empty:
+        return UpdateBatch(empty_seed_batch(tc), [], [], {})
+    if not twins or not n_skill:
+        teacher = None  # this host's rows have no skill: the pass ran for the other hosts
     steps, traj_gates = ([], {}) if teacher is None else gate_audit(samples.rows, old, teacher,
                                                                     samples.response_mask, tc.beta_opd)
     if tc.use_teacher and tc.teacher_from_old and teacher is None:

@@ -24,8 +24,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import NamedSharding
 
 from seed_jax import sampling
 from seed_jax.buckets import round_to_multiple, round_up, row_bucket
@@ -35,7 +34,7 @@ from seed_jax.sampling import SamplingParams
 from seed_jax.train.batch import SeedBatch, SftBatch
 from seed_jax.train.config import TrainConfig
 from seed_jax.train.logprobs import make_logprob_pass, param_shardings
-from seed_jax.train.mesh import batch_divisor, batch_sharding, replicated
+from seed_jax.train.mesh import batch_divisor, batch_sharding
 from seed_jax.train.sft import make_sft_step
 from seed_jax.train.state import abstract_train_state, state_shardings
 from seed_jax.train.step import make_train_step
@@ -152,23 +151,15 @@ def sft_program(model_cfg: ModelConfig, config, s: Shapes, mesh) -> Program:
 def logprob_program(name: str, model_cfg: ModelConfig, tc: TrainConfig, rows: int, prompt_len: int, resp_len: int,
                     mesh, hosts: int = 1) -> Program:
     """One jitted log-prob pass (old / ref / teacher-from-old) of ``rows`` rows, as the RL stage
-    runs it (`seed_jax.train.logprobs.make_logprob_pass`): on one host under the mesh (parameters
-    by the rules, rows split); on several hosts host-local, whole parameters on one device."""
+    runs it (`seed_jax.train.logprobs.make_logprob_pass`) under the mesh, on every host together:
+    parameters by the rules, rows split."""
     cfg = tc.apply_to(model_cfg)
     params = abstract_train_state(model_cfg, tc).params
-    ids_shape = (rows, prompt_len + resp_len)
-    note = f"{rows} rows x {prompt_len}+{resp_len} tokens"
-    if hosts == 1:
-        _check_rows("train.micro_batch_size", rows, mesh)
-        fn = make_logprob_pass(cfg, prompt_len, resp_len, tc.logits_chunk, mesh, tc.temperature)
-        p = with_sharding(params, param_shardings(cfg, mesh))
-        ids = sds(ids_shape, jnp.int32, batch_sharding(mesh))
-    else:
-        one = replicated(Mesh(np.asarray(mesh.devices).reshape(-1)[:1].reshape(1, 1, 1), mesh.axis_names))
-        fn = make_logprob_pass(cfg, prompt_len, resp_len, tc.logits_chunk, None, tc.temperature)
-        p = with_sharding(params, one)
-        ids = sds(ids_shape, jnp.int32, one)
-        note += f"; host-local on {hosts} hosts: whole parameters on one device"
+    _check_rows("train.micro_batch_size", rows, mesh)
+    fn = make_logprob_pass(cfg, prompt_len, resp_len, tc.logits_chunk, mesh, tc.temperature)
+    p = with_sharding(params, param_shardings(cfg, mesh))
+    ids = sds((rows, prompt_len + resp_len), jnp.int32, batch_sharding(mesh))
+    note = f"{rows} rows x {prompt_len}+{resp_len} tokens" + (f" ({hosts} hosts together)" if hosts > 1 else "")
     return Program(name, fn, (p, ids, ids), note)
 
 

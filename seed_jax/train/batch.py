@@ -49,7 +49,7 @@ def pack_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int
     return ids, mask, mask[:, prompt_len:].astype(np.float32)
 
 
-def _grow_sequences(x: np.ndarray, prompt_len: int, new_prompt_len: int, new_resp_len: int) -> np.ndarray:
+def grow_sequences(x: np.ndarray, prompt_len: int, new_prompt_len: int, new_resp_len: int) -> np.ndarray:
     """``[B, P + R]`` -> ``[B, P' + R']``: zeros prepended to the prompt, appended to the response."""
     resp_len = x.shape[1] - prompt_len
     return np.concatenate([np.zeros((x.shape[0], new_prompt_len - prompt_len), x.dtype), x,
@@ -159,11 +159,11 @@ class SeedBatch(RowLayout):
         per_token = lambda x: None if x is None else np.pad(  # noqa: E731
             np.asarray(x), ((0, 0), (0, resp_len - R)) if np.ndim(x) == 2 else ((0, 0),))
         out = {
-            "student_ids": _grow_sequences(np.asarray(self.student_ids), P, prompt_len, resp_len),
-            "student_mask": _grow_sequences(np.asarray(self.student_mask), P, prompt_len, resp_len),
-            "teacher_ids": None if Pt is None else _grow_sequences(np.asarray(self.teacher_ids), Pt,
+            "student_ids": grow_sequences(np.asarray(self.student_ids), P, prompt_len, resp_len),
+            "student_mask": grow_sequences(np.asarray(self.student_mask), P, prompt_len, resp_len),
+            "teacher_ids": None if Pt is None else grow_sequences(np.asarray(self.teacher_ids), Pt,
                                                                    teacher_prompt_len, resp_len),
-            "teacher_mask": None if Pt is None else _grow_sequences(np.asarray(self.teacher_mask), Pt,
+            "teacher_mask": None if Pt is None else grow_sequences(np.asarray(self.teacher_mask), Pt,
                                                                     teacher_prompt_len, resp_len),
             "has_skill": self.has_skill,
         }

@@ -182,6 +182,37 @@ def make_logprob_pass(model_cfg: ModelConfig, prompt_len: int, resp_len: int, ch
     return jax.jit(run, in_shardings=(param_shardings(model_cfg, mesh), rows, rows), out_shardings=rows)
 
 
+def _global_passes(run, params, ids, mask, resp_len: int, micro_batch: int, mesh) -> np.ndarray:
+    """`compute_logprobs` on several hosts: each global pass of ``micro_batch`` rows holds
+    ``micro_batch / hosts`` rows of every host (masked fill rows where a host has run out), the
+    params stay sharded over the whole mesh, and each host keeps its own rows' log-probs."""
+    from jax.experimental import multihost_utils
+
+    hosts = jax.process_count()
+    if micro_batch % hosts:
+        raise ValueError(f"micro_batch {micro_batch} must be a multiple of the host count {hosts}")
+    local = micro_batch // hosts
+    B, T = ids.shape
+    shapes = multihost_utils.process_allgather(np.asarray([-(-B // local), T, resp_len], np.int64))
+    if len({(int(t), int(r)) for _, t, r in shapes.reshape(hosts, 3)}) > 1:
+        raise ValueError(f"hosts disagree on the pass's (width, response length): {shapes.reshape(hosts, 3)[:, 1:]}")
+    calls = int(shapes.reshape(hosts, 3)[:, 0].max())
+    sharding = batch_sharding(mesh)
+    outs = []
+    for c in range(calls):
+        i, m = ids[c * local:(c + 1) * local], mask[c * local:(c + 1) * local]
+        n = i.shape[0]
+        fill = np.zeros((local - n, T), np.int32)
+        i, m = np.concatenate([i, fill]), np.concatenate([m, fill])
+        out = run(params, jax.make_array_from_process_local_data(sharding, i),
+                  jax.make_array_from_process_local_data(sharding, m))
+        mine = multihost_utils.global_array_to_host_local_array(out, mesh, sharding.spec)
+        outs.append(np.asarray(mine)[:n])
+    if not outs:
+        return np.zeros((0, resp_len), np.float32)
+    return np.concatenate(outs).astype(np.float32)
+
+
 def compute_logprobs(params, cfg: ModelConfig, ids, mask, prompt_len: int, resp_len: int,
                      micro_batch: int, chunk: int | None = None, mesh=None, temperature: float = 1.0) -> np.ndarray:
     """Host helper: ``logp [B, R]`` (numpy float32) in jitted passes of ``micro_batch`` rows, of
@@ -192,6 +223,11 @@ def compute_logprobs(params, cfg: ModelConfig, ids, mask, prompt_len: int, resp_
     all-masked rows (their output is dropped), so one program serves every call. With a
     ``mesh`` the pass runs sharded (`make_logprob_pass`); params not yet placed by the rules
     are placed first (`scoring_params` places a frozen tree once).
+
+    Several processes (hosts) sharing ``mesh`` call this together, each with its own rows
+    (`_global_passes`): every pass takes ``micro_batch / process_count`` rows of each host, as
+    many passes as the host with the most rows needs; ``prompt_len``, ``resp_len`` and the
+    ids' width must agree across hosts (`seed_jax.pipeline.multihost.common_sequences`).
     """
     ids = np.asarray(ids, np.int32)
     mask = np.asarray(mask, np.int32)
@@ -206,6 +242,8 @@ def compute_logprobs(params, cfg: ModelConfig, ids, mask, prompt_len: int, resp_
         sharding = batch_sharding(mesh)
         params = jax.device_put(params, param_shardings(cfg, mesh))
     run = make_logprob_pass(cfg, prompt_len, resp_len, chunk, mesh, float(temperature))
+    if mesh is not None and jax.process_count() > 1:
+        return _global_passes(run, params, ids, mask, resp_len, micro_batch, mesh)
     outs = []
     for s in range(0, B, micro_batch):
         i, m = ids[s:s + micro_batch], mask[s:s + micro_batch]
