@@ -314,6 +314,33 @@ def test_dot_product_attention_compiles_to_the_flash_kernel_for_tpu():
     assert got[200] == (0, True)
 
 
+HYBRID = """
+from jax.experimental import topologies
+from seed_jax.train.mesh import make_mesh
+devs = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2", num_slices=2).devices
+m = make_mesh(data=-1, fsdp=-1, devices=devs)
+print(dict(m.shape))
+for row in m.devices:
+    print(sorted({d.slice_index for d in row.reshape(-1)}))
+try:
+    make_mesh(data=1, fsdp=8, devices=devs)
+except ValueError as e:
+    print("refused:", e)
+"""
+
+
+@pytest.mark.skipif(not _libtpu(), reason='libtpu is not installed (pip install -e ".[tpu-aot]")')
+def test_two_tpu_slices_make_a_hybrid_mesh():
+    """Two v5e 2x2 slices: ZeRO-3 over one slice's 4 chips, data parallel across the slices; each
+    'data' row of the mesh is one slice; a mesh that would stretch 'fsdp' over both is refused."""
+    r = _run(["-c", HYBRID], env={"JAX_PLATFORMS": "", "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.strip().splitlines()
+    assert lines[0] == "{'data': 2, 'fsdp': 4, 'tensor': 1}"
+    assert lines[1:3] == ["[0]", "[1]"]
+    assert lines[3].startswith("refused: mesh data=1 must be a multiple of the 2 TPU slices")
+
+
 @pytest.mark.parametrize("spec, says", [
     ("tpu:v9:2x2", "expected tpu:<generation>:<topology>"),
     ("tpu:v5e", "expected tpu:<generation>:<topology>"),

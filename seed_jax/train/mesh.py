@@ -51,8 +51,7 @@ def auto_fsdp(devices: Sequence[jax.Device], tensor: int, hosts: int) -> int:
     within a node, data parallel across nodes)."""
     n = len(devices)
     if devices and devices[0].platform == "tpu":
-        slices = {getattr(d, "slice_index", 0) for d in devices}
-        per_domain = n // max(1, len(slices))
+        per_domain = n // slice_groups(devices)
     else:
         per_domain = n // max(1, hosts)
     return max(1, per_domain // tensor)
@@ -62,7 +61,9 @@ def make_mesh(data: int | None = None, fsdp: int = 1, tensor: int = 1,
               devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A ``(data, fsdp, tensor)`` mesh; ``data=None`` (or -1) puts all remaining devices on
     'data'; ``fsdp=-1`` puts the devices of one fast-interconnect domain (over ``tensor``) on
-    'fsdp' (`auto_fsdp`: ZeRO-3 within it, data parallel across them)."""
+    'fsdp' (`auto_fsdp`: ZeRO-3 within it, data parallel across them). TPU devices of several
+    slices make a hybrid mesh (`slice_groups`): 'data' split first across the slices (DCN), so
+    'fsdp' and 'tensor' stay within one slice's ICI."""
     devices = list(devices if devices is not None else jax.devices())
     n = len(devices)
     if fsdp == -1:
@@ -76,11 +77,26 @@ def make_mesh(data: int | None = None, fsdp: int = 1, tensor: int = 1,
     if data < 1 or data * fsdp * tensor != n:
         raise ValueError(f"mesh data={data} x fsdp={fsdp} x tensor={tensor} = "
                          f"{data * fsdp * tensor} does not match the device count {n}")
+    slices = slice_groups(devices)
+    if slices > 1:
+        if data % slices:
+            raise ValueError(f"mesh data={data} must be a multiple of the {slices} TPU slices (fsdp and tensor "
+                             f"stay within a slice)")
+        arr = mesh_utils.create_hybrid_device_mesh((data // slices, fsdp, tensor), (slices, 1, 1), devices)
+        return Mesh(arr, AXES)
     try:
         arr = mesh_utils.create_device_mesh((data, fsdp, tensor), devices)
     except Exception:
         arr = np.asarray(devices, dtype=object).reshape(data, fsdp, tensor)
     return Mesh(arr, AXES)
+
+
+def slice_groups(devices: Sequence[jax.Device]) -> int:
+    """How many TPU slices (``slice_index``: joined by the data-center network, not ICI) the
+    devices span; 1 off TPU."""
+    if not devices or devices[0].platform != "tpu":
+        return 1
+    return len({getattr(d, "slice_index", 0) for d in devices})
 
 
 def path_string(path) -> str:
