@@ -48,7 +48,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.dtype = "float32"
     c.model.param_dtype = "float32"
     c.model.remat = "none"  # none | full | save_dots | save_dots_except_mlp | save_qkv_proj | offload
-    c.model.attention = "reference"  # reference (einsum, the CPU path) | dot_product (cuDNN on GPU, the Pallas flash kernel on TPU) | flash
+    c.model.attention = "reference"  # reference (einsum, the CPU path) | dot_product (jax.nn.dot_product_attention; the Pallas flash kernel on TPU) | flash
 
     c.env = ml_collections.ConfigDict()
     c.env.name = ""

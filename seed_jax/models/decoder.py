@@ -205,9 +205,9 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
       ``T`` queries form the rows of one ``[T*G, S]`` score matrix per (batch, kv head), keys
       transposed to ``[B, K, D, S]`` and values to ``[B, K, S, D]`` so that both products and
       their gradients are plain batched matmuls (no transposed copy of the scores);
-    * ``"dot_product"``: `jax.nn.dot_product_attention`, the implementation left to JAX
-      (cuDNN flash attention on GPU when shapes and dtypes allow, XLA elsewhere; on TPU the
-      scanned decoder takes `attend_flash` instead when the length allows);
+    * ``"dot_product"``: `jax.nn.dot_product_attention` with JAX's default implementation (XLA's
+      attention, scores materialised, on CPU and GPU in this JAX); on TPU the scanned decoder
+      takes `attend_flash` instead when the length allows;
     * ``"flash"``: `attend_flash` wherever the length allows (off TPU in Pallas' TPU
       interpreter: slow, for tests), ``"dot_product"`` otherwise.
 
