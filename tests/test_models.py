@@ -42,37 +42,30 @@ def test_logits_match_transformers_padded_batch(kind, tiny_model_dirs):
     assert np.abs(out - ref)[real].max() <= 1e-4
 
 
+@pytest.mark.parametrize("impl, lengths", [("dot_product", (11, 7, 3)), ("flash", (128, 90, 33))])
 @pytest.mark.parametrize("kind", TINY_KINDS)
-def test_dot_product_attention_logits_match_transformers_and_reference(kind, tiny_model_dirs):
-    from seed_jax.models.decoder import forward
-
-    hf, d = tiny_model_dirs[kind]
-    model = load_model(d, dtype="float32")
-    ids, mask = _padded_batch(seed=4)
-    ref = _torch_logits(hf, ids, mask)
-    out = np.asarray(forward(model.params, model.config.replace(attention="dot_product"), ids, mask))
-    own = np.asarray(forward(model.params, model.config.replace(attention="reference"), ids, mask))
-    real = mask.astype(bool)
-    assert np.abs(out - ref)[real].max() <= 1e-4
-    assert np.abs(out - own)[real].max() <= 1e-5
-
-
-@pytest.mark.parametrize("kind", TINY_KINDS)
-def test_flash_attention_logits_match_transformers_and_reference(kind, tiny_model_dirs):
-    """The Pallas TPU flash kernel (run by Pallas' TPU interpreter here) on a left-padded batch
-    whose length its 128-token blocks divide; a length they do not divide takes dot_product."""
+def test_fused_attention_logits_match_transformers_and_reference(kind, impl, lengths, tiny_model_dirs):
+    """``jax.nn.dot_product_attention``, and the Pallas TPU flash kernel (run by Pallas' TPU
+    interpreter here) on a left-padded batch whose length its 128-token blocks divide."""
     from seed_jax.models.decoder import forward, uses_flash
 
     hf, d = tiny_model_dirs[kind]
     model = load_model(d, dtype="float32")
-    ids, mask = _padded_batch(seed=5, lengths=(128, 90, 33))
-    assert uses_flash("flash", 128) and not uses_flash("flash", 120) and not uses_flash("dot_product", 128)
+    ids, mask = _padded_batch(seed=4, lengths=lengths)
+    assert uses_flash(impl, ids.shape[1]) == (impl == "flash")  # dot_product off TPU: XLA's attention
     ref = _torch_logits(hf, ids, mask)
-    out = np.asarray(forward(model.params, model.config.replace(attention="flash"), ids, mask))
+    out = np.asarray(forward(model.params, model.config.replace(attention=impl), ids, mask))
     own = np.asarray(forward(model.params, model.config.replace(attention="reference"), ids, mask))
     real = mask.astype(bool)
     assert np.abs(out - ref)[real].max() <= 1e-4
     assert np.abs(out - own)[real].max() <= 1e-5
+
+
+def test_flash_kernel_takes_only_lengths_its_blocks_divide():
+    from seed_jax.models.decoder import uses_flash
+
+    assert uses_flash("flash", 128) and uses_flash("flash", 384) and not uses_flash("flash", 120)
+    assert not uses_flash("reference", 128)
 
 
 def test_flash_attention_gradients_match_reference(tiny_model_dirs):

@@ -22,14 +22,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _host_env(port: int, pid: int) -> dict:
+    """Process ``pid`` of a two-process jax.distributed job on this machine's CPU."""
+    return {**os.environ, "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2",
+            "JAX_PROCESS_ID": str(pid), "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
 def _two_hosts(tmp_path, *flags: str) -> None:
     """Run the RL stage (then eval) as two local processes of one jax.distributed job."""
     port = _free_port()
     procs = []
     for pid in range(2):
-        env = {**os.environ, "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2",
-               "JAX_PROCESS_ID": str(pid), "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        env = _host_env(port, pid)
         cmd = [sys.executable, "-m", "seed_jax.launch", "--config=configs/search.py:tiny", f"--workdir={tmp_path}",
                "--config.method=seed_no_sft", "--config.rl.num_updates=2", "--stages=rl,eval", *flags]
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -105,9 +110,7 @@ def test_log_prob_passes_of_two_hosts_run_together(tmp_path, case):
     port = _free_port()
     procs = []
     for pid in range(2):
-        env = {**os.environ, "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2",
-               "JAX_PROCESS_ID": str(pid), "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        env = {**_host_env(port, pid), "XLA_FLAGS": ""}
         procs.append(subprocess.Popen([sys.executable, "-c", PASS_WORKER, str(tmp_path), case], cwd=REPO, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=300)[0] for p in procs]
