@@ -226,8 +226,8 @@ def compute_logprobs(params, cfg: ModelConfig, ids, mask, prompt_len: int, resp_
 
     Several processes (hosts) sharing ``mesh`` call this together, each with its own rows
     (`_global_passes`): every pass takes ``micro_batch / process_count`` rows of each host, as
-    many passes as the host with the most rows needs; ``prompt_len``, ``resp_len`` and the
-    ids' width must agree across hosts (`seed_jax.pipeline.multihost.common_sequences`).
+    many passes as the host with the most rows needs; ``resp_len`` and the ids' width must
+    agree across hosts (the caller widens its rows to the hosts' common lengths first).
     """
     ids = np.asarray(ids, np.int32)
     mask = np.asarray(mask, np.int32)
