@@ -150,7 +150,7 @@ def build_update_batch(
     def logprobs(params, ids, mask, prompt_len, wide_prompt):
         if empty:
             ids = mask = np.zeros((0, wide_prompt + Rw), np.int32)
-        else:
+        elif together:  # one host alone keeps its own lengths: nothing to widen
             ids, mask = (grow_sequences(np.asarray(x), prompt_len, wide_prompt, Rw) for x in (ids, mask))
         out = compute_logprobs(params, model_cfg, ids, mask, wide_prompt, Rw, micro_batch_size, mesh=mesh,
                                temperature=tc.temperature)
