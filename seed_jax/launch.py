@@ -76,7 +76,6 @@ _PLAN = flags.DEFINE_string("plan", "auto", "Compile every program for the run's
                             "target to plan for instead (tpu:v5e:4x4, gpu:h100x8, cpu:8; see python -m seed_jax.plan)")
 
 log = logging.getLogger("seed_jax")
-HOST0_STAGES = ("collect", "annotate", "eval")  # small host-side stages; sft and rl use every host
 ENV_STAGES = ("collect", "rl", "eval")  # the stages that step environments (a retriever must answer)
 # overrides left out of the default run directory's hash: the method is in its name, and keys that do
 # not change results, or continue a run (a raised rl.num_updates), keep the directory
@@ -144,10 +143,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
             run.clear_done(later)
         t0 = time.time()
         log.info("stage %s: start (%s)", stage, item.why)
-        if stage in HOST0_STAGES and jax.process_index() != 0:
-            summary = {"host": jax.process_index(), "skipped": "runs on host 0"}
-        else:
-            summary = actions[stage]()
+        summary = actions[stage]()  # every stage on every host (each takes its share of the work)
         release_sampler()  # a stage's sampler copy is not the next stage's
         if config.low_memory:
             drop_compiled()

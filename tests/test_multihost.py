@@ -29,14 +29,21 @@ def _host_env(port: int, pid: int) -> dict:
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
-def _two_hosts(tmp_path, *flags: str) -> None:
-    """Run the RL stage (then eval) as two local processes of one jax.distributed job."""
+RL_FLAGS = ("--config.method=seed_no_sft", "--config.rl.num_updates=2", "--stages=rl,eval")
+
+
+def _launch(tmp_path, *flags: str, hosts: int = 2) -> None:
+    """Run the tiny search run (by default the RL stage, then eval) as ``hosts`` local processes
+    of one jax.distributed job (one process: a plain launch)."""
     port = _free_port()
     procs = []
-    for pid in range(2):
+    for pid in range(hosts):
         env = _host_env(port, pid)
+        if hosts == 1:
+            env = {k: v for k, v in env.items() if k not in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
+                                                              "JAX_PROCESS_ID")}
         cmd = [sys.executable, "-m", "seed_jax.launch", "--config=configs/search.py:tiny", f"--workdir={tmp_path}",
-               "--config.method=seed_no_sft", "--config.rl.num_updates=2", "--stages=rl,eval", *flags]
+               *(flags or RL_FLAGS)]
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
     try:
@@ -51,7 +58,7 @@ def _two_hosts(tmp_path, *flags: str) -> None:
 
 @pytest.mark.slow
 def test_two_process_rl_stage(tmp_path):
-    _two_hosts(tmp_path)
+    _launch(tmp_path)
     assert (tmp_path / "rl" / "final_model" / "model.safetensors").exists()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "train/loss" in r]
@@ -72,7 +79,7 @@ def test_a_host_without_tasks_trains_on_padding_rows(tmp_path):
     every optimizer step (instead of raising while host 0 waits in a collective). The sampler is
     the scan backend, whose copy of theta_old every host gathers device to device, then host 0
     samples on its own device."""
-    _two_hosts(tmp_path, "--config.rl.tasks_per_update=1", "--config.sampler.backend=scan")
+    _launch(tmp_path, *RL_FLAGS, "--config.rl.tasks_per_update=1", "--config.sampler.backend=scan")
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "train/loss" in r]
     assert [r["step"] for r in train] == [0, 1]
@@ -80,6 +87,32 @@ def test_a_host_without_tasks_trains_on_padding_rows(tmp_path):
         assert math.isfinite(r["train/loss"]) and r["train/optimizer_steps"] >= 1
         assert r["rollout/trajectories"] == 2  # host 0 (which writes the metrics): 1 task x 2 rollouts
     assert (tmp_path / "rl" / "final_model" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_collection_annotation_and_evaluation_split_across_hosts(tmp_path):
+    """Reference: the same stages (collect, annotate, eval; 2 tasks x 2 episodes, 2 eval tasks) in
+    one process. Two hosts each run one task's episodes (`host_share`, numbered as in one run) and
+    host 0 writes every host's results: the files hold the same trajectories, skill records and
+    evaluation as the one-process run."""
+    flags = ("--stages=collect,annotate,eval",)
+    _launch(tmp_path / "one", *flags, hosts=1)
+    _launch(tmp_path / "two", *flags)
+    for name in ("stage1/trajectories.jsonl", "stage1/sft.jsonl", "eval/final_hotpotqa.trajectories.jsonl"):
+        one = [json.loads(line) for line in (tmp_path / "one" / name).read_text().splitlines()]
+        two = [json.loads(line) for line in (tmp_path / "two" / name).read_text().splitlines()]
+        assert len(one) == (2 if name.startswith("eval") else 4)
+        assert [r["traj_id"] for r in two] == [r["traj_id"] for r in one]
+        if "trajectories" in name:
+            assert {r["group_id"] for r in one} == {0, 1}
+            for a, b in zip(two, one):
+                assert [s["response_ids"] for s in a["steps"]] == [s["response_ids"] for s in b["steps"]]
+                assert a["episode_reward"] == b["episode_reward"]
+        else:
+            assert two == one
+    res = [json.loads((tmp_path / d / "eval" / "final_hotpotqa.json").read_text())["results"]["overall"]
+           for d in ("one", "two")]
+    assert res[1]["n"] == res[0]["n"] == 2 and res[1] == res[0]
 
 
 PASS_WORKER = """
@@ -127,3 +160,41 @@ def test_log_prob_passes_of_two_hosts_run_together(tmp_path, case):
         if n:
             want = compute_logprobs(params, cfg, got["ids"], got["mask"], 7, 6, micro_batch=4)
             np.testing.assert_allclose(got["logp"], want, atol=1e-5, rtol=0)
+
+
+GATHER_WORKER = """
+import json, sys
+from seed_jax.train.mesh import maybe_initialize_distributed
+maybe_initialize_distributed()
+import jax
+from seed_jax.pipeline.multihost import gather_lines
+mine = [["one", "zwei \u00fc\u2603", ""], json.loads(sys.argv[2])][jax.process_index()]
+got = gather_lines(mine, chunk_bytes=5)
+open(sys.argv[1] + f"/host{jax.process_index()}.json", "w").write(json.dumps(got))
+"""
+
+
+@pytest.mark.parametrize("second", [[], ["x" * 23, "y"]])
+def test_two_hosts_gather_each_others_lines(tmp_path, second):
+    """Host 0's 3 lines (one non-ASCII, one empty) and host 1's lines (none, or 2 longer than a
+    5-byte chunk) reach both hosts, host 0's first, through chunked all-gathers."""
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", GATHER_WORKER, str(tmp_path), json.dumps(second)], cwd=REPO,
+                              env={**_host_env(port, pid), "XLA_FLAGS": ""}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for pid in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    want = ["one", "zwei \u00fc\u2603", "", *second]
+    for pid in range(2):
+        assert json.loads((tmp_path / f"host{pid}.json").read_text()) == want
+
+
+@pytest.mark.parametrize("n, hosts, want", [
+    (5, 1, [(0, 5)]), (5, 2, [(0, 3), (3, 5)]), (1, 2, [(0, 1), (1, 1)]),
+    (10, 4, [(0, 3), (3, 5), (5, 8), (8, 10)]), (2, 4, [(0, 1), (1, 1), (1, 2), (2, 2)])])
+def test_host_shares_are_contiguous_and_cover_every_item_once(n, hosts, want):
+    """Hand-computed shares ceil(i n / H) .. ceil((i + 1) n / H) for 1, 2 and 4 hosts."""
+    from seed_jax.pipeline.multihost import host_share
+
+    assert [(s.start, s.stop) for s in (host_share(n, hosts, h) for h in range(hosts))] == want

@@ -233,12 +233,93 @@ def test_waves_give_the_same_episodes_as_one_batch(tiny_policy, smol_tokenizer, 
     for rows in (2, 4):
         got, got_calls = run(rows)
         assert max(got_calls) <= rows and len(got_calls) > len(one_calls)
-        assert [t.traj_id for t in got] == [t.traj_id for t in one]
-        for a, b in zip(got, one):
-            assert (a.episode_reward, a.won, len(a.steps)) == (b.episode_reward, b.won, len(b.steps))
-            for sa, sb in zip(a.steps, b.steps):
-                assert sa.response_ids == sb.response_ids and sa.response_text == sb.response_text
-                assert sa.reward == sb.reward and sa.prompt_ids == sb.prompt_ids
-                np.testing.assert_allclose(sa.response_logprobs, sb.response_logprobs, atol=1e-5)
+        _assert_same_episodes(got, one)
     # and the sampled responses are not all alike (a test of the per-episode streams)
     assert len({tuple(t.steps[0].response_ids) for t in one}) > 1
+
+
+def _assert_same_episodes(got, want):
+    assert [(t.traj_id, t.group_id) for t in got] == [(t.traj_id, t.group_id) for t in want]
+    for a, b in zip(got, want):
+        assert (a.episode_reward, a.won, len(a.steps)) == (b.episode_reward, b.won, len(b.steps))
+        for sa, sb in zip(a.steps, b.steps):
+            assert sa.response_ids == sb.response_ids and sa.response_text == sb.response_text
+            assert sa.reward == sb.reward and sa.prompt_ids == sb.prompt_ids
+            np.testing.assert_allclose(sa.response_logprobs, sb.response_logprobs, atol=1e-5)
+
+
+def test_host_shares_give_the_same_episodes_as_one_run(tiny_policy, smol_tokenizer):
+    """Reference: one run of 3 tasks x 2 episodes. Two hosts' contiguous shares (2 tasks and 1,
+    `host_share`), each run in its own env pool with the share's slot and group offsets, give the
+    same episodes in the same order: same ids, groups, tokens, rewards."""
+    from envs.search import SEARCH_SPEC, load_default_tasks, make_search_env
+    from seed_jax.pipeline.multihost import host_share
+
+    factory, tasks = EnvFactory(make_search_env, seed_kwarg=None), load_default_tasks(limit=3)
+    settings = RolloutSettings(group_size=2, max_steps=2, max_prompt_tokens=1024,
+                               sampling=SamplingParams(max_new_tokens=10, temperature=1.0),
+                               invalid_penalty=SEARCH_SPEC.invalid_penalty,
+                               success_threshold=SEARCH_SPEC.success_threshold, stop_strings=("</search>", "</answer>"))
+
+    def run(share):
+        with open_env_pool(factory, num_workers=0, seed=0) as pool:
+            return run_rollouts(pool, tiny_policy, smol_tokenizer, tasks[share], settings, seed=5, progress=False,
+                                tag="u0/", slot_offset=share.start * 2, group_offset=share.start)
+
+    one = run(slice(0, 3))
+    shares = [host_share(3, hosts=2, host=h) for h in range(2)]
+    assert shares == [slice(0, 2), slice(2, 3)]
+    _assert_same_episodes([t for share in shares for t in run(share)], one)
+    assert [t.group_id for t in one] == [0, 0, 1, 1, 2, 2]
+
+
+
+
+def test_a_waves_env_steps_run_while_the_next_wave_generates(tiny_policy, smol_tokenizer, monkeypatch):
+    """Each turn's waves of 2 rows, each env step made to last 1 s: wave k + 1's `generate`
+    starts before wave k's step has ended (steps in one call per wave, run in the background;
+    stepping after each wave or after all of them fails this), and the episodes equal those of
+    one `generate` call per turn."""
+    import time
+
+    import seed_jax.rollout.loop as loop
+
+    factory, tasks, spec, stops = _search()
+    gens, steps = [], []  # (seed, start) per generate call; (slots, start, end) per step call
+    real = loop.generate
+
+    def generate(model, tok, prompts, *, seed, **kw):
+        gens.append((seed, time.monotonic()))
+        return real(model, tok, prompts, seed=seed, **kw)
+
+    class SlowSteps:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def reset(self, items):
+            return self.inner.reset(items)
+
+        def step(self, actions):
+            t0 = time.monotonic()
+            time.sleep(1.0)
+            out = self.inner.step(actions)
+            steps.append((sorted(actions), t0, time.monotonic()))
+            return out
+
+    def run(wave_rows, backend=lambda pool: pool):
+        settings = RolloutSettings(group_size=3, max_steps=2, max_prompt_tokens=1024, wave_rows=wave_rows,
+                                   sampling=SamplingParams(max_new_tokens=10, temperature=1.0),
+                                   invalid_penalty=spec.invalid_penalty, success_threshold=spec.success_threshold,
+                                   stop_strings=stops)
+        with open_env_pool(factory, num_workers=0, seed=0) as pool:
+            return run_rollouts(backend(pool), tiny_policy, smol_tokenizer, tasks, settings, seed=5, progress=False)
+
+    one = run(0)
+    monkeypatch.setattr(loop, "generate", generate)
+    got = run(2, SlowSteps)
+    assert len(steps) == len(gens) >= 3 and all(len(slots) <= 2 for slots, _, _ in steps)
+    later = [k for k in range(len(gens) - 1) if gens[k + 1][0] == gens[k][0]]  # same turn's next wave
+    assert len(later) >= 2
+    for k in later:
+        assert gens[k + 1][1] < steps[k][2]  # wave k + 1 generating while wave k's envs step
+    _assert_same_episodes(got, one)

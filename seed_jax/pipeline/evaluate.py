@@ -10,6 +10,8 @@ and ``eval/<tag>_<split>.trajectories.jsonl`` the episodes themselves (prompts, 
 observations, rewards; `seed_jax.rollout.trajectory.read_trajectories`); ``eval/results.md``
 gathers every result file as markdown tables. Skill-Prompt /
 Skill-GRPO methods show their bank skills at inference (their definition); all others never do.
+On several hosts each host evaluates its share of the tasks (`seed_jax.pipeline.multihost.host_rollouts`)
+and host 0 writes the files of all of them.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+import jax
 import numpy as np
 
+from seed_jax.pipeline.multihost import host_rollouts
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings
 from seed_jax.pipeline.skill_bank import SkillBank
 from seed_jax.pipeline.stage1 import rollout_summary
-from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
+from seed_jax.rollout.loop import make_prompt_encoder
 from seed_jax.rollout.trajectory import write_trajectories
 
 
@@ -50,16 +54,19 @@ def evaluate_params(run: Run, model, tok, params, tag: str, step: int, bank: Ski
         for split in run.bench.eval_splits:
             tasks = run.bench.tasks(split, limit=c.eval.num_tasks or None, seed=c.seed)
             task_skills = [bank.lookup(t) for t in tasks] if (bank is not None and run.switches.prompt_skills) else None
-            trajs = run_rollouts(pool, model, tok, tasks, settings, params=params, seed=c.seed + 7_000_001,
-                                 tag=f"eval_{split}/", encode_prompt=make_prompt_encoder(tok), task_skills=task_skills)
-            write_trajectories(run.path("eval", f"{tag}_{split}.trajectories.jsonl"), trajs)  # transcripts
+            trajs = host_rollouts(pool, model, tok, tasks, settings, gather=True, params=params,
+                                  seed=c.seed + 7_000_001, tag=f"eval_{split}/", encode_prompt=make_prompt_encoder(tok),
+                                  task_skills=task_skills)
             res = summarize(trajs)
             out[split] = res
-            path = run.path("eval", f"{tag}_{split}.json")
-            path.write_text(json.dumps({"stage_or_step": tag, "split": split, "results": res}, indent=1))
+            if jax.process_index() == 0:
+                write_trajectories(run.path("eval", f"{tag}_{split}.trajectories.jsonl"), trajs)  # transcripts
+                path = run.path("eval", f"{tag}_{split}.json")
+                path.write_text(json.dumps({"stage_or_step": tag, "split": split, "results": res}, indent=1))
             run.metrics.write(step, {f"eval/{split}/success_rate": res["overall"]["success_rate"],
                                      "eval/success_rate": res["overall"]["success_rate"]})
-    write_results_md(run)
+    if jax.process_index() == 0:
+        write_results_md(run)
     return out
 
 

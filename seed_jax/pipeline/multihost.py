@@ -1,21 +1,26 @@
 """Multi-host helpers for the pipeline (one process per host, `jax.distributed`).
 
-Data-parallel layout: every host runs its own environments and sampler for its share of the
-tasks (the sampler's compute-dtype copy gathered device to device, `seed_jax.sampling.prepare_sampler`,
-then used on the host's own devices), computes its rows' old/ref log-probs locally with a
-host-local copy of the parameters, and contributes those rows to the global batch of the one
-jitted train step; a host without rows contributes masked padding rows. Hosts pad their
-row count and the static lengths (P, Pt, R) to the common maximum first (`common_max`,
-`seed_jax.train.batch.SeedBatch.grow`).
+Data-parallel layout: every host runs its own environments and sampler for its contiguous share
+of the tasks (`host_share`; the sampler's compute-dtype copy gathered device to device,
+`seed_jax.sampling.prepare_sampler`, then used on the host's own devices). Stage-1 collection,
+annotation and evaluation gather every host's results on every host (`gather_trajectories`,
+`gather_lines`) and host 0 writes them; in RL each host keeps its rows: the log-prob passes run
+over the global mesh with every host taking part, and a host without rows contributes masked
+padding rows. Hosts pad their row count and the static lengths (P, Pt, R) to the common maximum
+first (`common_max`, `seed_jax.train.batch.SeedBatch.grow`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from seed_jax.sampling import local_replica
+from seed_jax.rollout.loop import run_rollouts
+from seed_jax.rollout.trajectory import Trajectory
+from seed_jax.sampling import local_replica, prepare_sampler
 from seed_jax.train.mesh import host_local_batch_to_global
 
 
@@ -49,3 +54,69 @@ def common_max(*values: int) -> list[int]:
 def barrier(name: str) -> None:
     if is_multihost():
         multihost_utils.sync_global_devices(name)
+
+
+def host_share(n: int, hosts: int | None = None, host: int | None = None) -> slice:
+    """This host's contiguous share of ``n`` items: ``[ceil(i n / H), ceil((i + 1) n / H))`` for
+    host ``i`` of ``H`` (the first hosts take the extra items; a host may get none)."""
+    H = jax.process_count() if hosts is None else hosts
+    i = jax.process_index() if host is None else host
+    return slice(-(-i * n // H), -(-(i + 1) * n // H))
+
+
+GATHER_CHUNK_BYTES = 16 << 20  # bytes per host in one all-gather (bounds the gathered buffer per device)
+
+
+def gather_lines(lines: Sequence[str], chunk_bytes: int = GATHER_CHUNK_BYTES) -> list[str]:
+    """Every host's lines (text without newlines), host 0's first, on every host; every host
+    calls it together. The UTF-8 text goes through all-gathers of at most ``chunk_bytes`` per
+    host (a host with fewer bytes pads with zeros)."""
+    if not is_multihost():
+        return list(lines)
+    if any("\n" in line for line in lines):
+        raise ValueError("gather_lines: a line holds a newline")
+    blob = np.frombuffer("\n".join(lines).encode(), np.uint8)
+    meta = np.asarray(multihost_utils.process_allgather(np.asarray([len(lines), len(blob)], np.int64)))
+    counts, sizes = meta.reshape(-1, 2).T
+    size = int(sizes.max())
+    parts = [np.zeros((len(sizes), 0), np.uint8)]
+    for start in range(0, size, chunk_bytes):
+        piece = np.zeros(min(chunk_bytes, size - start), np.uint8)
+        mine = blob[start:start + len(piece)]
+        piece[:len(mine)] = mine
+        parts.append(np.asarray(multihost_utils.process_allgather(piece)).reshape(len(sizes), -1))
+    table = np.concatenate(parts, axis=1)
+    out = []
+    for h, (n, nbytes) in enumerate(zip(counts, sizes)):
+        if n:
+            out += bytes(table[h, :nbytes]).decode().split("\n")
+    return out
+
+
+def gather_trajectories(trajs: Sequence[Trajectory]) -> list[Trajectory]:
+    """Every host's trajectories, host 0's first, on every host (`gather_lines`)."""
+    if not is_multihost():
+        return list(trajs)
+    return [Trajectory.from_json(line) for line in gather_lines([t.to_json() for t in trajs])]
+
+
+def host_rollouts(backend, model, tokenizer, tasks: Sequence[dict], settings, *, gather: bool,
+                  task_skills: Sequence[str | None] | None = None, **kwargs) -> list[Trajectory]:
+    """`seed_jax.rollout.loop.run_rollouts` of this host's share of ``tasks`` (`host_share`),
+    its episodes numbered as in one run of all tasks (slots, groups and so the sampling streams
+    and env seeds), so that any host count samples the same episodes; ``gather``: every host
+    returns all hosts' trajectories in task order, else only its own. Every host calls it
+    together: the sampler's copy of the parameters is made first on every host
+    (`seed_jax.sampling.prepare_sampler`, a collective when they are sharded over hosts), also
+    on a host whose share is empty."""
+    params = kwargs.get("params")
+    if params is None and model is not None:
+        params = model.params
+    if params is not None:
+        prepare_sampler(params, model.config, settings.sampler)
+    share = host_share(len(tasks))
+    group = kwargs.get("group_size") or settings.group_size
+    mine = run_rollouts(backend, model, tokenizer, list(tasks[share]), settings, slot_offset=share.start * group,
+                        group_offset=share.start, task_skills=None if task_skills is None else task_skills[share],
+                        **kwargs)
+    return gather_trajectories(mine) if gather else mine

@@ -38,7 +38,7 @@ from seed_jax.metrics import (
 )
 from seed_jax.pipeline.analyzers import AnalysisContext, rl_analyzer
 from seed_jax.pipeline.evaluate import evaluate_params
-from seed_jax.pipeline.multihost import host_local_params
+from seed_jax.pipeline.multihost import host_local_params, host_rollouts
 from seed_jax.pipeline.ppo import ppo_epochs
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import (
@@ -55,7 +55,7 @@ from seed_jax.pipeline.stage1 import rollout_summary
 from seed_jax.pipeline.update_batch import StepGate, build_update_batch
 from seed_jax.procmem import release_free_memory
 from seed_jax.rollout.batch import BatchSettings
-from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
+from seed_jax.rollout.loop import make_prompt_encoder
 from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.sampling import prepare_sampler, release_sampler
 from seed_jax.skills import SkillParse
@@ -96,12 +96,11 @@ RLCallback = Callable[[UpdateRecord], None]
 
 
 def update_tasks(run: Run, u: int) -> list[dict]:
+    """Update ``u``'s training tasks (all hosts': each rolls out its `host_share`)."""
     c = run.config
     pool = run.bench.tasks(run.bench.train_split)
     rng = random.Random(f"{c.seed}:update:{u}")
-    tasks = [pool[i] for i in rng.sample(range(len(pool)), min(c.rl.tasks_per_update, len(pool)))]
-    n, i = jax.process_count(), jax.process_index()
-    return tasks[i::n]
+    return [pool[i] for i in rng.sample(range(len(pool)), min(c.rl.tasks_per_update, len(pool)))]
 
 
 def rl_start_dir(run: Run):
@@ -276,10 +275,10 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
             # every host: the sampler's copy of theta_old (rollouts and skills), gathered once
             prepare_sampler(state.params, cfg, settings.sampler)
             with timer("rollout"):
-                trajs = run_rollouts(pool, model, tok, tasks, settings, params=state.params,
-                                     seed=c.seed * 1_000_003 + u * 1000, tag=f"u{u}/", encode_prompt=encode,
-                                     task_skills=[bank.lookup(t) for t in tasks] if run.switches.prompt_skills
-                                     else None)
+                trajs = host_rollouts(pool, model, tok, tasks, settings, gather=False, params=state.params,
+                                      seed=c.seed * 1_000_003 + u * 1000, tag=f"u{u}/", encode_prompt=encode,
+                                      task_skills=[bank.lookup(t) for t in tasks] if run.switches.prompt_skills
+                                      else None)
             with timer("analysis"):
                 analysis = None
                 if analyzer is not None:

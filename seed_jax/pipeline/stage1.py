@@ -14,10 +14,10 @@ from seed_jax.buckets import round_up
 from seed_jax.metrics import StageProgress
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
 from seed_jax.pipeline.methods import needs_skill_bank
-from seed_jax.pipeline.multihost import host_local_params, to_global
+from seed_jax.pipeline.multihost import gather_lines, host_local_params, host_rollouts, host_share, to_global
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings, save_policy, sft_rows, sft_train_config
-from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
+from seed_jax.rollout.loop import make_prompt_encoder
 from seed_jax.rollout.trajectory import read_trajectories, write_trajectories
 from seed_jax.skills import SkillRecord, read_skill_records, write_skill_records
 from seed_jax.train.batch import SftBatch
@@ -52,19 +52,24 @@ def collect(run: Run) -> dict:
     tasks = run.bench.tasks(run.bench.train_split, limit=c.stage1.num_tasks, seed=c.seed)
     settings = rollout_settings(c, run.bench, temperature=c.stage1.temperature, group_size=c.stage1.group_size)
     with make_pool(c, run.bench) as pool:
-        trajs = run_rollouts(pool, model, tok, tasks, settings, seed=c.seed, tag="s1/",
-                             encode_prompt=make_prompt_encoder(tok))
-    write_trajectories(run.path("stage1", "trajectories.jsonl"), trajs)
+        trajs = host_rollouts(pool, model, tok, tasks, settings, gather=True, seed=c.seed, tag="s1/",
+                              encode_prompt=make_prompt_encoder(tok))
+    if jax.process_index() == 0:
+        write_trajectories(run.path("stage1", "trajectories.jsonl"), trajs)
     summary = rollout_summary(trajs)
     run.metrics.write(0, summary, prefix="stage1")
     return summary
 
 
 def annotate_stage(run: Run) -> dict:
+    """Skill records of the collected trajectories; on several hosts each analyses its contiguous
+    share (`host_share`) and host 0 writes every host's records, in trajectory order."""
     c = run.config
     if not needs_skill_bank(c):
         return {"skipped": f"method {c.method} needs no stage-1 data"}
-    trajs = [t for t in read_trajectories(run.path("stage1", "trajectories.jsonl")) if not t.env_error and t.steps]
+    every = [t for t in read_trajectories(run.path("stage1", "trajectories.jsonl")) if not t.env_error and t.steps]
+    trajs = every[host_share(len(every))]
+    log_name = "annotations.jsonl" if jax.process_count() == 1 else f"annotations.host{jax.process_index()}.jsonl"
     thr = run.bench.spec.success_threshold
     policy = None
     if c.stage1.analyzer == "self":
@@ -77,20 +82,22 @@ def annotate_stage(run: Run) -> dict:
                                   "api_key_env": c.stage1.openai_api_key_env, "max_repairs": c.stage1.max_repairs,
                                   "max_concurrency": c.stage1.openai_max_concurrency,
                                   "reasoning": c.stage1.openai_reasoning,
-                                  "log_path": run.path("stage1", "annotations.jsonl")})
+                                  "log_path": run.path("stage1", log_name)})
     analysis = get_analyzer(c.stage1.analyzer)(trajs, ctx)
     parses, prompts = analysis.parses, analysis.prompts
     records = [SkillRecord.from_parse(t, prompts[t.traj_id], parses[t.traj_id], thr)
                for t in trajs if parses.get(t.traj_id) is not None and parses[t.traj_id].ok]
+    records = [SkillRecord.from_json(line) for line in gather_lines([r.to_json() for r in records])]
     rng = random.Random(c.seed)
     order = list(range(len(records)))
     rng.shuffle(order)
     n_held = int(round(len(records) * c.stage1.heldout_fraction)) if len(records) > 1 else 0
     held = [records[i] for i in sorted(order[:n_held])]
     train = [records[i] for i in sorted(order[n_held:])]
-    write_skill_records(run.path("stage1", "sft.jsonl"), train)
-    write_skill_records(run.path("stage1", "sft_heldout.jsonl"), held)
-    summary = {"parse_rate": len(records) / max(len(trajs), 1), "records": len(records),
+    if jax.process_index() == 0:
+        write_skill_records(run.path("stage1", "sft.jsonl"), train)
+        write_skill_records(run.path("stage1", "sft_heldout.jsonl"), held)
+    summary = {"parse_rate": len(records) / max(len(every), 1), "records": len(records),
                "train": len(train), "heldout": len(held)}
     run.metrics.write(0, summary, prefix="stage1")
     return summary

@@ -4,7 +4,10 @@ For a batch of tasks x group size N, every episode gets a slot in the env backen
 pool). Each turn the loop chat-templates the env-built prompt of every live episode
 (left-truncated to ``max_prompt_tokens``), samples the responses in waves of at most
 ``wave_rows`` episodes (one `generate` call each; 0: all live episodes in one call), steps the
-environments in one batched backend call, and records a `StepSample`. Each episode samples
+environments of each wave in one batched backend call, and records a `StepSample`. With several
+waves a wave's env steps run in a background thread while the next wave generates
+(`_EnvSteps`; the backend's workers are processes, so environments and sampler work at the same
+time), and a turn ends when the last wave's steps are back. Each episode samples
 with its own random stream (its slot is its `generate` row id), so the episodes do not depend
 on how the live ones are cut into waves. Episodes end on ``done``, on an env error, or after
 ``max_steps`` turns.
@@ -22,7 +25,8 @@ trajectory's ``info``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from tqdm.auto import tqdm
 
@@ -70,6 +74,32 @@ def waves(items: Sequence, size: int) -> list[Sequence]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
+class _EnvSteps:
+    """The env steps of one turn's waves, each submitted as soon as its wave has generated:
+    in one background thread when ``overlap`` (so one backend call at a time, in wave order,
+    while the caller generates the next wave), else at once in the caller's thread."""
+
+    def __init__(self, backend: EnvBackend, overlap: bool) -> None:
+        self.backend = backend
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="env-steps") if overlap else None
+        self.pending: list[Future | dict] = []
+
+    def submit(self, actions: Mapping[int, str]) -> None:
+        self.pending.append(self.pool.submit(self.backend.step, actions) if self.pool else self.backend.step(actions))
+
+    def results(self) -> dict:
+        """Every submitted step's results (waits for the background thread)."""
+        out = {}
+        for r in self.pending:
+            out.update(r.result() if isinstance(r, Future) else r)
+        self.pending = []
+        return out
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+
 def make_prompt_encoder(tokenizer, system_prompt: str | None = None) -> Callable[[str], list[int]]:
     """user text -> token ids of the chat-templated prompt (generation prompt appended)."""
 
@@ -81,7 +111,7 @@ def make_prompt_encoder(tokenizer, system_prompt: str | None = None) -> Callable
 
 def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], settings: RolloutSettings, *,
                  params=None, seed: int = 0, encode_prompt: Callable[[str], list[int]] | None = None,
-                 tag: str = "", progress: bool = True, group_offset: int = 0,
+                 tag: str = "", progress: bool = True, group_offset: int = 0, slot_offset: int = 0,
                  task_skills: Sequence[str | None] | None = None,
                  group_size: int | None = None) -> list[Trajectory]:
     """Run ``len(tasks) x group_size`` episodes to the end; returns their trajectories.
@@ -90,7 +120,10 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
     trajectory ids (e.g. the update index). Sampling seeds are ``seed + turn``.
     ``task_skills[g]`` (Skill-Prompt / Skill-GRPO baselines) is inserted into every prompt of
     task ``g`` with `seed_jax.skills.insert_skill`; the recorded ``prompt_text`` is then the
-    augmented one, since that is what the policy saw.
+    augmented one, since that is what the policy saw. Episode ``k`` (task ``k // group_size``) runs
+    in env slot ``slot_offset + k`` and samples from row stream ``slot_offset + k``; with
+    ``group_offset`` a share of a larger task list reproduces that list's episodes
+    (`seed_jax.pipeline.multihost.host_rollouts`).
     """
 
     def shown(slot_prompt: str, g: int) -> str:
@@ -99,18 +132,18 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
 
     encode_prompt = encode_prompt or make_prompt_encoder(tokenizer)
     N = group_size or settings.group_size
-    episodes = [(g, n, task) for g, task in enumerate(tasks) for n in range(N)]
-    resets = backend.reset({slot: task for slot, (_, _, task) in enumerate(episodes)})
-    trajs: list[Trajectory] = []
+    episodes = {slot_offset + g * N + n: (g, n, task) for g, task in enumerate(tasks) for n in range(N)}
+    resets = backend.reset({slot: task for slot, (_, _, task) in episodes.items()})
+    trajs: dict[int, Trajectory] = {}
     prompt, last_obs, live = {}, {}, []
-    for slot, (g, n, task) in enumerate(episodes):
+    for slot, (g, n, task) in episodes.items():
         r = resets[slot]
-        tid = str(task.get("task_id", g)) if isinstance(task, dict) else str(g)
-        trajs.append(Trajectory(task_id=tid, group_id=group_offset + g, traj_id=f"{tag}{tid}#{n}",
-                                task_description=r.task_description, steps=[], episode_reward=0.0,
-                                won=False, env_error=r.env_error,
-                                info={"task_type": r.info.get("task_type", ""),
-                                      "data_source": r.info.get("data_source", "")}))
+        tid = str(task.get("task_id", group_offset + g)) if isinstance(task, dict) else str(group_offset + g)
+        trajs[slot] = Trajectory(task_id=tid, group_id=group_offset + g, traj_id=f"{tag}{tid}#{n}",
+                                 task_description=r.task_description, steps=[], episode_reward=0.0,
+                                 won=False, env_error=r.env_error,
+                                 info={"task_type": r.info.get("task_type", ""),
+                                       "data_source": r.info.get("data_source", "")})
         if not r.env_error:
             prompt[slot] = shown(r.prompt, g)
             last_obs[slot] = r.info.get("raw_observation", r.observation)
@@ -124,13 +157,19 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
         full = {s: encode_prompt(prompt[s]) for s in live}
         ids = {s: full[s][-settings.max_prompt_tokens:] for s in live}
         gen = {}
-        for wave in waves(live, settings.wave_rows):
-            out = generate(model, tokenizer, [ids[s] for s in wave], params=params, seed=seed + turn,
-                           stop_strings=settings.stop_strings, think_tags=settings.think_tags,
-                           prompt_buckets=settings.prompt_buckets, sampler=settings.sampler, row_ids=wave,
-                           **dataclasses.asdict(settings.sampling))
-            gen.update({s: (out.token_ids[i], out.logprobs[i], out.texts[i]) for i, s in enumerate(wave)})
-        results = backend.step({s: gen[s][2] for s in live})
+        cut = waves(live, settings.wave_rows)
+        steps = _EnvSteps(backend, overlap=len(cut) > 1)
+        try:
+            for wave in cut:
+                out = generate(model, tokenizer, [ids[s] for s in wave], params=params, seed=seed + turn,
+                               stop_strings=settings.stop_strings, think_tags=settings.think_tags,
+                               prompt_buckets=settings.prompt_buckets, sampler=settings.sampler, row_ids=wave,
+                               **dataclasses.asdict(settings.sampling))
+                gen.update({s: (out.token_ids[i], out.logprobs[i], out.texts[i]) for i, s in enumerate(wave)})
+                steps.submit({s: gen[s][2] for s in wave})
+            results = steps.results()
+        finally:
+            steps.close()
         still = []
         for s in live:
             res = results[s]
@@ -166,4 +205,4 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
         turn += 1
         bar.set_postfix(turn=turn, live=len(live), success=f"{wins / max(finished, 1):.2f}")
     bar.close()
-    return trajs
+    return list(trajs.values())
