@@ -65,7 +65,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.rollout.top_p = 1.0
     c.rollout.top_k = 0
     c.rollout.chunk = 32
-    c.rollout.wave_rows = 0  # most episodes per sampler call (0: every live episode in one call)
+    # most episodes per sampler call (0: every live episode in one call; -1: the largest wave whose
+    # prefill and decode fit the devices, chosen by the launch's plan on TPU / GPU, 0 on CPU)
+    c.rollout.wave_rows = 0
     c.sampler = ml_collections.ConfigDict()
     c.sampler.backend = "auto"  # auto (unrolled on one CPU device, else scan) | unrolled | scan
     c.sampler.tensor_parallel = 1  # scan: the sampler copy split by heads over this many devices
@@ -139,10 +141,11 @@ def base_config() -> ml_collections.ConfigDict:
 # interconnect domain (a TPU slice, a GPU node: `mesh.auto_fsdp`), bfloat16 compute on float32 master weights, each block rematerialised
 # except its attention projections (whole blocks in the stage-1 SFT, whose 24,576-token analyzer
 # prompts need 20 GB of kept activations per v5e chip otherwise), fused attention (the Pallas flash
-# kernel on TPU), 16-row micro-batches (2 rows per device on 8 GPUs, 1 on a 16-chip TPU slice).
+# kernel on TPU), 16-row micro-batches (2 rows per device on 8 GPUs, 1 on a 16-chip TPU slice),
+# rollouts in the largest waves the devices hold (the launch's plan chooses them).
 PAPER_SCALE = {"model.dtype": "bfloat16", "model.param_dtype": "float32", "model.remat": "save_dots_except_mlp",
                "stage1.sft_remat": "full", "model.attention": "dot_product", "mesh.data": -1, "mesh.fsdp": -1,
-               "train.micro_batch_size": 16}
+               "train.micro_batch_size": 16, "rollout.wave_rows": -1}
 
 
 def set_keys(c: ml_collections.ConfigDict, values: Mapping[str, object]) -> None:

@@ -38,7 +38,7 @@ def get_config(preset: str = "local"):
                "stage1.num_tasks": 180, "rl.tasks_per_update": 128, "rl.mini_batch_size": 512,
                "train.schedule": "warmup_constant", "train.warmup_updates": 15,  # warm-up: 10% of 150 updates
                # 8-row micro-batches: the 1.7B step then fits a v5e-8 slice's 16 GiB chips; the
-               # 128 x 8 rollouts sample in waves of 64 rows (8 per chip: 4,608-token KV caches),
-               # 16 waves per update (README plans; 8 x H100 would take waves of 128 or more)
-               "train.micro_batch_size": 8, "rollout.wave_rows": 64},
+               # 128 x 8 rollouts sample in the plan's waves (rollout.wave_rows = -1 from the paper
+               # settings: 64 rows on v5e-8, 8 per chip with 4,608-token KV caches; README plans)
+               "train.micro_batch_size": 8},
         tiny={"rollout.max_steps": 2, "stage1.format_warmup_tasks": 2})

@@ -169,7 +169,8 @@ def check_plan(config, plan: str, dry_run: bool = False) -> None:
     """Plan the run's programs (`seed_jax.plan`) when ``plan`` asks for it; `ConfigValueError` naming
     the first program that does not fit. ``plan``: ``no``; ``yes``; ``auto`` (yes when the devices are
     TPUs or GPUs); with ``dry_run`` also a target spelling, planned in this process (fake CPU devices
-    need a process whose JAX backend has not started)."""
+    need a process whose JAX backend has not started). ``rollout.wave_rows = -1``: the run takes
+    the plan's wave (`seed_jax.plan.analysis.choose_wave_rows`)."""
     from seed_jax.plan.analysis import format_plan, misfit_message, plan_run
     from seed_jax.plan.programs import PlanConfigError
     from seed_jax.plan.targets import TargetError, native_target, parse_target
@@ -194,6 +195,9 @@ def check_plan(config, plan: str, dry_run: bool = False) -> None:
     why = misfit_message(result)
     if why:
         raise ConfigValueError(why)
+    if result.waves is not None and not dry_run:
+        config.rollout.wave_rows = result.waves.rows  # the run samples in the plan's waves
+        log.info("rollout.wave_rows = -1: the plan's wave is %d rows", result.waves.rows)
 
 
 def default_workdir(config, preset: str, overrides: Mapping[str, object]) -> Path:

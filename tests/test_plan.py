@@ -415,3 +415,38 @@ def test_hlo_bytes_of_an_operand_sliced_inside_a_nested_fusion():
     layer, stack, x, y = 64 * 32 * 2, 8 * 64 * 32 * 2, 4 * 64 * 2, 4 * 32 * 2
     # %y reads one layer's slice, the index and x, writes y; %neg reads and writes the whole stack
     assert st.hbm_bytes == (layer + 4 + x + y) + 2 * stack
+
+
+def test_the_plan_chooses_the_largest_rollout_wave_that_fits():
+    """Reference: the rollout programs planned at explicit waves of 16 and 8 rows. On a device
+    whose memory lies between their totals, ``rollout.wave_rows = -1`` makes the plan try all 16
+    rows, then bisect 8, 4, 2, 1 to 8 (2, 4 and 8 fit) and show the 8-row programs; with room for 16
+    it takes 16 at the first try, with none it takes none and says so."""
+    import dataclasses
+
+    from configs.search import get_config
+    from seed_jax.pipeline.environments import make_benchmark
+    from seed_jax.pipeline.runtime import rollout_settings
+    from seed_jax.plan.analysis import HEADROOM, format_plan, plan_run, with_wave_rows
+    from seed_jax.plan.targets import parse_target
+
+    c = get_config("tiny")
+    c.rl.tasks_per_update, c.rollout.group_size = 8, 2
+    target = parse_target("cpu:1")
+    explicit = {rows: plan_run(with_wave_rows(c, rows), target, {"rollout"}).programs for rows in (16, 8)}
+    total = {rows: max(p.total for p in ps) for rows, ps in explicit.items()}
+    assert total[16] > total[8]
+    c.rollout.wave_rows = -1
+
+    def on(hbm):
+        return dataclasses.replace(target, chip=dataclasses.replace(target.chip, hbm=hbm / (1 - HEADROOM)))
+
+    plan = plan_run(c, on((total[16] + total[8]) / 2), {"rollout"})
+    assert plan.waves.rows == 8 and plan.waves.tried == {16: False, 8: True, 4: True, 2: True}
+    assert [(p.name, p.total) for p in plan.programs] == [(p.name, p.total) for p in explicit[8]]
+    assert "the plan's wave is 8 rows (tried: 16 does not, 8 fits, 4 fits, 2 fits)" in format_plan(plan)
+    assert plan_run(c, on(total[16] * 2), {"rollout"}).waves.tried == {16: True}
+    none = plan_run(c, on(total[8] / 100), {"rollout"})
+    assert none.waves.rows is None and min(none.waves.tried) == 1 and not none.fits
+    # a run that plans nothing (CPU) samples every live episode in one call
+    assert rollout_settings(c, make_benchmark(c.env)).wave_rows == 0

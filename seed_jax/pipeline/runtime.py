@@ -126,6 +126,8 @@ def save_policy(model: Model, tokenizer, out_dir: Path, dtype: str | None = None
 
 
 def rollout_settings(config, bench, **overrides) -> RolloutSettings:
+    """The rollout loop's settings of ``config``; ``rollout.wave_rows = -1`` not replaced by the
+    plan's choice (the launch plans on accelerators only) samples every live episode in one call."""
     r = config.rollout
     sampling = SamplingParams(max_new_tokens=r.max_response_tokens,
                               temperature=overrides.pop("temperature", r.temperature),
@@ -133,7 +135,7 @@ def rollout_settings(config, bench, **overrides) -> RolloutSettings:
     sampler = SamplerSpec(backend=config.sampler.backend, tensor_parallel=config.sampler.tensor_parallel,
                           prefill_scratch_bytes=config.sampler.prefill_scratch_mb << 20)
     kw = dict(group_size=r.group_size, max_steps=min(r.max_steps, bench.spec.max_steps),
-              max_prompt_tokens=r.max_prompt_tokens, sampling=sampling, sampler=sampler, wave_rows=r.wave_rows,
+              max_prompt_tokens=r.max_prompt_tokens, sampling=sampling, sampler=sampler, wave_rows=max(r.wave_rows, 0),
               invalid_penalty=bench.spec.invalid_penalty, success_threshold=bench.spec.success_threshold,
               stop_strings=bench.stop_strings)
     kw.update(overrides)

@@ -108,8 +108,8 @@ def validate(config, hosts: int = 1) -> None:
     for key in ("sampler.tensor_parallel", "sampler.prefill_scratch_mb"):
         if _get(config, key) < 1:
             bad(key, "must be >= 1")
-    if config.rollout.wave_rows < 0:
-        bad("rollout.wave_rows", "must be >= 0 (0: every live episode in one sampler call)")
+    if config.rollout.wave_rows < -1:
+        bad("rollout.wave_rows", "must be >= -1 (0: every live episode in one sampler call; -1: the plan chooses)")
     if config.model.remat not in REMAT_POLICIES and not isinstance(config.model.remat, bool):
         bad("model.remat", f"must be one of {' | '.join(REMAT_POLICIES)}")
     if config.stage1.sft_remat not in ("", *REMAT_POLICIES):

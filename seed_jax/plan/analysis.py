@@ -8,6 +8,11 @@ Per program and per device:
     roofline = max(flops / peak, hbm_bytes / hbm_bw) + link_bytes / link_bw     (seconds)
     mfu      = (flops / peak) / roofline
 
+``rollout.wave_rows = -1`` (`WAVE_AUTO`): the plan chooses the wave, the largest power of two of
+rows (from the update's tasks x group size down to one row per sampler row shard) whose prefill
+and decode fit (`choose_wave_rows`: all rows first, then a bisection, memory growing with the
+rows), and plans the run with it; the launch runs with the plan's choice.
+
 ``flops`` are the compiled program's matmul FLOPs (dot / convolution), rematerialised forwards
 included; XLA's own ``cost_analysis()['flops']`` (which counts loop bodies once) is kept beside it
 as ``xla_flops``.
@@ -15,6 +20,7 @@ as ``xla_flops``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -25,6 +31,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+from seed_jax.buckets import row_bucket
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.model import resolve_model_path
 from seed_jax.pipeline.runtime import random_model_config
@@ -97,6 +104,15 @@ class ProgramPlan:
 
 
 @dataclasses.dataclass
+class WaveChoice:
+    """``rows``: the largest wave whose rollout programs fit (None: not even ``tried``'s smallest);
+    ``tried``: rows -> whether prefill and decode fit, for every wave compiled."""
+
+    rows: int | None
+    tried: dict[int, bool]
+
+
+@dataclasses.dataclass
 class Plan:
     target: str
     devices: int
@@ -105,6 +121,7 @@ class Plan:
     model: dict
     approximate_memory: bool
     programs: list[ProgramPlan]
+    waves: WaveChoice | None = None  # the plan's choice of rollout.wave_rows (asked for with -1)
 
     @property
     def fits(self) -> bool:
@@ -198,27 +215,91 @@ def target_mesh(config, target: Target):
         raise PlanConfigError(f"config.mesh: {e} ({target.spec})") from None
 
 
+WAVE_AUTO = -1  # rollout.wave_rows: the plan chooses
+
+
+def with_wave_rows(config, rows: int):
+    """A copy of ``config`` with ``rollout.wave_rows = rows``."""
+    c = copy.deepcopy(config)
+    c.rollout.wave_rows = rows
+    return c
+
+
+def wave_candidates(config, target: Target) -> list[int]:
+    """Powers of two of rows, largest first: from the update's rollouts (``rl.tasks_per_update x
+    rollout.group_size``, rounded up) down to one row per sampler row shard (the target's devices
+    over ``sampler.tensor_parallel``)."""
+    top = row_bucket(config.rl.tasks_per_update * config.rollout.group_size)
+    least = min(top, row_bucket(max(1, target.num_devices // max(1, config.sampler.tensor_parallel))))
+    out = [top]
+    while out[-1] > least:
+        out.append(out[-1] // 2)
+    return out
+
+
+def choose_wave_rows(config, target: Target, model_cfg: ModelConfig, mesh, progress=None
+                     ) -> tuple[WaveChoice, dict[int, list[ProgramPlan]]]:
+    """The largest of `wave_candidates` whose rollout prefill and decode fit ``target``: the largest
+    first, then by bisection (a wave that fits has every smaller one fit); also the plans compiled
+    on the way."""
+    cands = wave_candidates(config, target)
+    plans: dict[int, list[ProgramPlan]] = {}
+
+    def fits(rows: int) -> bool:
+        if rows not in plans:
+            plans[rows] = []
+            for p in run_programs(with_wave_rows(config, rows), model_cfg, mesh, {"rollout"},
+                                  hosts=target_hosts(target)):
+                if progress is not None:
+                    progress(f"{p.name} ({rows} rows per wave)")
+                plans[rows].append(measure(p, target))
+        return all(p.fits for p in plans[rows])
+
+    if fits(cands[0]):  # all rows at once: the plan without waves (often the case)
+        return WaveChoice(cands[0], {cands[0]: True}), plans
+    lo, hi = 1, len(cands)  # the answer's index lies in [lo, hi]; len(cands): none fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(cands[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    chosen = cands[lo] if lo < len(cands) else None
+    return WaveChoice(chosen, {r: all(p.fits for p in plans[r]) for r in sorted(plans, reverse=True)}), plans
+
+
 def plan_run(config, target: Target, names: set[str] | None = None, progress=None,
              stop_at_misfit: bool = False) -> Plan:
     """Compile and measure every program of ``config`` (or those in ``names``) for ``target``.
 
     ``progress(name)``, when given, is called before each compile (they can take minutes);
     ``stop_at_misfit``: stop after the first program that does not fit (the train step first).
+    With ``rollout.wave_rows = -1`` the rollout programs are those of the plan's wave
+    (`choose_wave_rows`; the smallest wave when none fits).
     """
     model_cfg = model_config_of(config)
     mesh = target_mesh(config, target)
+    waves, wave_plans = None, {}
+    if config.rollout.wave_rows == WAVE_AUTO:
+        if names is None or any(n == "rollout" or n.startswith("rollout_") for n in names):
+            waves, wave_plans = choose_wave_rows(config, target, model_cfg, mesh, progress)
+        config = with_wave_rows(config, waves.rows or min(waves.tried) if waves else 0)
+    done = {p.name: p for p in wave_plans.get(config.rollout.wave_rows, [])}
     programs = []
     for p in run_programs(config, model_cfg, mesh, names, hosts=target_hosts(target)):
-        if progress is not None:
-            progress(p.name)
-        programs.append(measure(p, target))
+        if p.name in done:
+            programs.append(done[p.name])
+        else:
+            if progress is not None:
+                progress(p.name)
+            programs.append(measure(p, target))
         if stop_at_misfit and not programs[-1].fits:
             break
     model = {"layers": model_cfg.num_layers, "hidden": model_cfg.hidden_size, "vocab": model_cfg.vocab_size,
              "dtype": model_cfg.dtype, "param_dtype": model_cfg.param_dtype, "remat": model_cfg.remat,
              "attention": getattr(model_cfg, "attention", "reference")}
     return Plan(target.spec, target.num_devices, target_hosts(target), dict(mesh.shape), model,
-                target.approximate_memory, programs)
+                target.approximate_memory, programs, waves)
 
 
 # The config keys that size each program (the misfit line names them).
@@ -277,6 +358,10 @@ def format_plan(plan: Plan) -> str:
                         f" (the MFU is a floor): {', '.join(sorted({k.rsplit('.', 1)[0] for k in p.uncosted_kernels}))}"
                         if p.uncosted_kernels else "")
                      + (f"; XLA refused to compile it: {p.error}" if p.error else ""))
+    if plan.waves is not None:
+        tried = ", ".join(f"{r} {'fits' if ok else 'does not'}" for r, ok in plan.waves.tried.items())
+        lines.append(f"rollout.wave_rows = -1: the plan's wave is {plan.waves.rows or 'none'} "
+                     f"rows (tried: {tried})" + ("" if plan.waves.rows else "; the smallest one is shown"))
     if not plan.fits:
         lines.append(misfit_message(plan))
     lines.append(f"fits: {'yes' if plan.fits else 'no'}")
