@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -127,3 +128,33 @@ def test_prompt_pass_in_query_blocks_gives_transformers_tokens(kind, tiny_model_
 
 if __name__ == "__main__":
     worker(sys.argv[1], sys.argv[2:])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_new_token_attention_equals_softmax_over_old_slots_and_itself(dtype):
+    """Reference: numpy softmax over the allowed old slots and the new key, per query head and
+    its kv head (4 query heads on 2 kv heads), rows with left padding and one slot masked."""
+    from seed_jax.models.scan_cache import attend_new_token
+
+    rng = np.random.default_rng(0)
+    B, S, H, K, D = 3, 7, 4, 2, 8
+    q, kn, vn = rng.normal(size=(B, 1, H, D)), rng.normal(size=(B, 1, K, D)), rng.normal(size=(B, 1, K, D))
+    ko, vo = rng.normal(size=(B, S, K, D)), rng.normal(size=(B, S, K, D))
+    old = np.ones((B, S), bool)
+    old[1, :3] = False  # left padding
+    old[2, 4] = False
+    old[:, 5:] = False  # slots not yet written
+    cast = lambda a: jnp.asarray(a, dtype)  # noqa: E731
+    got = np.asarray(attend_new_token(cast(q), cast(kn), cast(vn), cast(ko), cast(vo), jnp.asarray(old)), np.float64)
+    r = lambda a: np.asarray(cast(a), np.float64)  # the inputs as the kernel sees them  # noqa: E731
+    q, kn, vn, ko, vo = map(r, (q, kn, vn, ko, vo))
+    want = np.zeros((B, 1, H, D))
+    for b in range(B):
+        for h in range(H):
+            kv = h // (H // K)
+            keys = np.concatenate([ko[b, old[b], kv], kn[b, :, kv]])
+            vals = np.concatenate([vo[b, old[b], kv], vn[b, :, kv]])
+            s = keys @ q[b, 0, h] / np.sqrt(D)
+            p = np.exp(s - s.max())
+            want[b, 0, h] = p @ vals / p.sum()
+    np.testing.assert_allclose(got, want, atol=1e-5 if dtype == "float32" else 3e-2)
