@@ -4,7 +4,9 @@ scanned layers; ``unrolled``: per-layer weights and caches, compile time linear 
 
 Prints, side by side: prefill time, decode tokens/s, the decode step's HBM-bandwidth bound
 (every weight byte plus the KV cache read once per token step, at ``--hbm-gbps``), the share of
-that bound reached, compile times and the peak device memory. Two bounds are shown: the cache
+that bound reached, compile times and the peak device memory; then the same prefill and decode
+programs planned for these devices (`seed_jax.plan`: XLA's memory figures and the roofline of
+the compiled HLO's traffic) beside the measured time and memory. Two bounds are shown: the cache
 as read (every slot of ``P + N`` at each step: the program attends over the whole cache,
 masked) and the ideal (only the filled slots, ``P + N / 2`` on average).
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from seed_jax.models import Model, ModelConfig
 from seed_jax.models.decoder import init_params
-from seed_jax.sampling import SamplerSpec, generate, prepare_sampler
+from seed_jax.sampling import SamplerSpec, SamplingParams, generate, prepare_sampler
 
 QWEN25_15B = ModelConfig(model_type="qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960,
                          num_layers=28, num_heads=12, num_kv_heads=2, head_dim=128, rope_theta=1e6,
@@ -111,6 +113,27 @@ def main():
     print(f"compile+first run: prefill {first_prefill - prefill:.1f} s, decode {first_full - full:.1f} s")
     print(f"peak device memory (device 0): {peak:.1f} GiB; KV cache {R * (P + N) * kv_bytes_per_slot / 2**30:.1f} GiB "
           f"over all devices, weights {weight_bytes / 2**30:.1f} GiB per replica")
+    plan_beside(cfg, args, dev, prefill, decode_s / steps, peak)
+
+
+def plan_beside(cfg, args, dev, prefill_s: float, step_s: float, peak_gib: float) -> None:
+    """The plan of the same prefill and decode chunk on these devices, beside the measurement."""
+    from jax.sharding import Mesh
+
+    from seed_jax.plan.analysis import measure
+    from seed_jax.plan.programs import sampler_programs
+    from seed_jax.plan.targets import native_target
+
+    target = native_target(dev)
+    sp = SamplingParams(args.new, 1.0, 1.0, 0, min(args.chunk, args.new))
+    mesh = Mesh(np.asarray(dev, dtype=object), ("rows",))
+    pre, dec = (measure(p, target) for p in sampler_programs("rollout", cfg, args.rows, args.prompt, sp, mesh,
+                                                            backend=args.backend, tensor_parallel=args.tensor_parallel))
+    print(f"{'':28s}{'measured':>12s}{'plan':>12s}")
+    print(f"{'prefill (s)':28s}{prefill_s:12.3f}{pre.roofline_s:12.3f}   (plan: roofline of its HLO)")
+    print(f"{'decode step (ms)':28s}{step_s * 1e3:12.2f}{dec.roofline_s / sp.chunk * 1e3:12.2f}   "
+          f"(plan: {dec.hbm_bytes / sp.chunk / 1e9:.2f} GB of HBM traffic per step)")
+    print(f"{'peak memory (GiB, device 0)':28s}{peak_gib:12.1f}{max(pre.total, dec.total) / 2**30:12.1f}")
 
 
 if __name__ == "__main__":
