@@ -450,3 +450,23 @@ def test_the_plan_chooses_the_largest_rollout_wave_that_fits():
     assert none.waves.rows is None and min(none.waves.tried) == 1 and not none.fits
     # a run that plans nothing (CPU) samples every live episode in one call
     assert rollout_settings(c, make_benchmark(c.env)).wave_rows == 0
+
+
+def test_the_plan_lists_the_sampler_buckets_a_run_may_compile():
+    """Hand-computed: 3 tasks x 2 rollouts = 6 rows -> row buckets 1, 2, 4, 8 (powers of two up to
+    the one holding 6); prompts of at most 100 tokens -> lengths 16 .. 128 of the bucket list (7);
+    with waves of 2 rows only 1 and 2 rows remain."""
+    from configs.search import get_config
+    from seed_jax.plan.analysis import format_plan, plan_run
+    from seed_jax.plan.targets import parse_target
+
+    c = get_config("tiny")
+    c.rl.tasks_per_update, c.rollout.group_size, c.rollout.max_prompt_tokens = 3, 2, 100
+    lens = [16, 24, 32, 48, 64, 96, 128]
+    plan = plan_run(c, parse_target("cpu:1"), {"rollout_decode"})
+    assert plan.buckets["rollout"] == [(r, n) for r in (1, 2, 4, 8) for n in lens]
+    assert "rollout sampler buckets the run may compile: rows [1, 2, 4, 8] x prompt lengths 16..128 (7) = 28" \
+        in format_plan(plan)
+    c.rollout.wave_rows = 2
+    assert plan_run(c, parse_target("cpu:1"), {"rollout_decode"}).buckets["rollout"] == [
+        (r, n) for r in (1, 2) for n in lens]

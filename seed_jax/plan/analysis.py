@@ -36,7 +36,7 @@ from seed_jax.models.config import ModelConfig
 from seed_jax.models.model import resolve_model_path
 from seed_jax.pipeline.runtime import random_model_config
 from seed_jax.plan import hlo
-from seed_jax.plan.programs import PlanConfigError, Program, run_programs
+from seed_jax.plan.programs import PlanConfigError, Program, run_programs, sampler_buckets
 from seed_jax.plan.targets import Target
 from seed_jax.train.mesh import auto_fsdp, make_mesh
 
@@ -122,6 +122,7 @@ class Plan:
     approximate_memory: bool
     programs: list[ProgramPlan]
     waves: WaveChoice | None = None  # the plan's choice of rollout.wave_rows (asked for with -1)
+    buckets: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)  # sampler (rows, prompt)
 
     @property
     def fits(self) -> bool:
@@ -299,7 +300,7 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
              "dtype": model_cfg.dtype, "param_dtype": model_cfg.param_dtype, "remat": model_cfg.remat,
              "attention": getattr(model_cfg, "attention", "reference")}
     return Plan(target.spec, target.num_devices, target_hosts(target), dict(mesh.shape), model,
-                target.approximate_memory, programs, waves)
+                target.approximate_memory, programs, waves, sampler_buckets(config, mesh))
 
 
 # The config keys that size each program (the misfit line names them).
@@ -358,6 +359,10 @@ def format_plan(plan: Plan) -> str:
                         f" (the MFU is a floor): {', '.join(sorted({k.rsplit('.', 1)[0] for k in p.uncosted_kernels}))}"
                         if p.uncosted_kernels else "")
                      + (f"; XLA refused to compile it: {p.error}" if p.error else ""))
+    for name, pairs in plan.buckets.items():
+        rows, lens = sorted({r for r, _ in pairs}), sorted({n for _, n in pairs})
+        lines.append(f"{name} sampler buckets the run may compile: rows {rows} x prompt lengths {lens[0]}..{lens[-1]} "
+                     f"({len(lens)}) = {len(pairs)} (prefill, decode) pairs (the plan compiles the largest)")
     if plan.waves is not None:
         tried = ", ".join(f"{r} {'fits' if ok else 'does not'}" for r, ok in plan.waves.tried.items())
         lines.append(f"rollout.wave_rows = -1: the plan's wave is {plan.waves.rows or 'none'} "

@@ -215,6 +215,25 @@ def run_programs(config, model_cfg: ModelConfig, mesh, names: set[str] | None = 
     return out
 
 
+def sampler_buckets(config, mesh) -> dict[str, list[tuple[int, int]]]:
+    """Every ``(rows, prompt_len)`` bucket the run's sampler may compile (`sampling.shape_buckets`,
+    two programs each: prefill and decode chunk): ``rollout`` for calls of at most one wave
+    (``rollout.wave_rows``; all of an update's rollouts when 0) of prompts up to
+    ``rollout.max_prompt_tokens``, ``analysis`` (self-analysis only) for ``analysis.batch_size``
+    prompts up to ``analysis.max_prompt_tokens``; rows laid out over ``mesh``'s devices as the
+    sampler lays them."""
+    backend = "scan" if config.sampler.backend == "auto" else config.sampler.backend
+    layout = sampling.resolve_layout(sampling.SamplerSpec(backend=backend, tensor_parallel=config.sampler.tensor_parallel,
+                                                          devices=tuple(mesh.devices.flat)))
+    r = config.rollout
+    rows = config.rl.tasks_per_update * r.group_size
+    out = {"rollout": sampling.shape_buckets(min(rows, r.wave_rows) if r.wave_rows > 0 else rows, r.max_prompt_tokens,
+                                             layout)}
+    if config.analysis.analyzer == "self":
+        out["analysis"] = sampling.shape_buckets(config.analysis.batch_size, config.analysis.max_prompt_tokens, layout)
+    return out
+
+
 PROGRAM_NAMES = ("train_step", "sft_step", "logprobs", "teacher_logprobs", "rollout_prefill", "rollout_decode",
                  "analysis_prefill", "analysis_decode")
 
