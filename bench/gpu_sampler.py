@@ -118,16 +118,13 @@ def main():
 
 def plan_beside(cfg, args, dev, prefill_s: float, step_s: float, peak_gib: float) -> None:
     """The plan of the same prefill and decode chunk on these devices, beside the measurement."""
-    from jax.sharding import Mesh
-
     from seed_jax.plan.analysis import measure
     from seed_jax.plan.programs import sampler_programs
     from seed_jax.plan.targets import native_target
 
     target = native_target(dev)
     sp = SamplingParams(args.new, 1.0, 1.0, 0, min(args.chunk, args.new))
-    mesh = Mesh(np.asarray(dev, dtype=object), ("rows",))
-    pre, dec = (measure(p, target) for p in sampler_programs("rollout", cfg, args.rows, args.prompt, sp, mesh,
+    pre, dec = (measure(p, target) for p in sampler_programs("rollout", cfg, args.rows, args.prompt, sp, dev,
                                                             backend=args.backend, tensor_parallel=args.tensor_parallel))
     print(f"{'':28s}{'measured':>12s}{'plan':>12s}")
     print(f"{'prefill (s)':28s}{prefill_s:12.3f}{pre.roofline_s:12.3f}   (plan: roofline of its HLO)")

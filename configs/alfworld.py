@@ -17,4 +17,6 @@ def get_config(preset: str = "local"):
         c, preset,
         local=dict(stage1_tasks=6, max_steps=6, prompt_tokens=768, analysis_prompt_tokens=1024, eval_tasks=6),
         # x_tau of a 30-step episode (~600 tokens a step; Qwen2.5: 32k context, 4k new tokens)
-        paper={"analysis.max_prompt_tokens": 24576})
+        # 24,576-token analyzer prompts, 8 per self-analysis call: each host samples on its own
+        # devices, 2 rows per v5e chip of a 4-chip host fit (32 needed 25.7 GB; README plans)
+        paper={"analysis.max_prompt_tokens": 24576, "analysis.batch_size": 8})

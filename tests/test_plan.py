@@ -470,3 +470,23 @@ def test_the_plan_lists_the_sampler_buckets_a_run_may_compile():
     c.rollout.wave_rows = 2
     assert plan_run(c, parse_target("cpu:1"), {"rollout_decode"}).buckets["rollout"] == [
         (r, n) for r in (1, 2) for n in lens]
+
+
+def test_the_sampler_is_planned_on_one_hosts_devices_for_its_share_of_the_rows():
+    """Hand-computed: 3 tasks x 2 rollouts on 2 hosts -> the first host samples 2 tasks = 4 rows
+    (at most a wave of 2); a mesh over two hosts' devices -> the first host's devices only."""
+    import types
+
+    import numpy as np
+
+    from configs.search import get_config
+    from seed_jax.plan.programs import host_devices, host_rollout_rows
+
+    c = get_config("tiny")
+    c.rl.tasks_per_update, c.rollout.group_size = 3, 2
+    assert [host_rollout_rows(c, h) for h in (1, 2, 4)] == [6, 4, 2]
+    c.rollout.wave_rows = 2
+    assert host_rollout_rows(c, 1) == 2
+    devs = [types.SimpleNamespace(id=i, process_index=i // 4) for i in range(8)]
+    mesh = types.SimpleNamespace(devices=np.asarray(devs, dtype=object).reshape(2, 4))
+    assert [d.id for d in host_devices(mesh)] == [0, 1, 2, 3]

@@ -9,7 +9,8 @@ Per program and per device:
     mfu      = (flops / peak) / roofline
 
 ``rollout.wave_rows = -1`` (`WAVE_AUTO`): the plan chooses the wave, the largest power of two of
-rows (from the update's tasks x group size down to one row per sampler row shard) whose prefill
+rows (from one host's share of the update's tasks x group size down to one row per sampler row
+shard; a wave is one host's `generate` call, on its own devices) whose prefill
 and decode fit (`choose_wave_rows`: all rows first, then a bisection, memory growing with the
 rows), and plans the run with it; the launch runs with the plan's choice.
 
@@ -36,8 +37,8 @@ from seed_jax.models.config import ModelConfig
 from seed_jax.models.model import resolve_model_path
 from seed_jax.pipeline.runtime import random_model_config
 from seed_jax.plan import hlo
-from seed_jax.plan.programs import PlanConfigError, Program, run_programs, sampler_buckets
-from seed_jax.plan.targets import Target
+from seed_jax.plan.programs import PlanConfigError, Program, host_rollout_rows, run_programs, sampler_buckets
+from seed_jax.plan.targets import Target, host_devices_of
 from seed_jax.train.mesh import auto_fsdp, make_mesh
 
 HEADROOM = 0.05
@@ -227,11 +228,12 @@ def with_wave_rows(config, rows: int):
 
 
 def wave_candidates(config, target: Target) -> list[int]:
-    """Powers of two of rows, largest first: from the update's rollouts (``rl.tasks_per_update x
-    rollout.group_size``, rounded up) down to one row per sampler row shard (the target's devices
-    over ``sampler.tensor_parallel``)."""
-    top = row_bucket(config.rl.tasks_per_update * config.rollout.group_size)
-    least = min(top, row_bucket(max(1, target.num_devices // max(1, config.sampler.tensor_parallel))))
+    """Powers of two of rows, largest first: from one host's share of the update's rollouts
+    (``rl.tasks_per_update x rollout.group_size`` over the target's hosts, rounded up) down to
+    one row per sampler row shard (a host's devices over ``sampler.tensor_parallel``)."""
+    hosts = target_hosts(target)
+    top = row_bucket(host_rollout_rows(with_wave_rows(config, 0), hosts))
+    least = min(top, row_bucket(max(1, target.num_devices // hosts // max(1, config.sampler.tensor_parallel))))
     out = [top]
     while out[-1] > least:
         out.append(out[-1] // 2)
@@ -250,7 +252,7 @@ def choose_wave_rows(config, target: Target, model_cfg: ModelConfig, mesh, progr
         if rows not in plans:
             plans[rows] = []
             for p in run_programs(with_wave_rows(config, rows), model_cfg, mesh, {"rollout"},
-                                  hosts=target_hosts(target)):
+                                  hosts=target_hosts(target), sampler_devices=host_devices_of(target)):
                 if progress is not None:
                     progress(f"{p.name} ({rows} rows per wave)")
                 plans[rows].append(measure(p, target))
@@ -287,7 +289,8 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
         config = with_wave_rows(config, waves.rows or min(waves.tried) if waves else 0)
     done = {p.name: p for p in wave_plans.get(config.rollout.wave_rows, [])}
     programs = []
-    for p in run_programs(config, model_cfg, mesh, names, hosts=target_hosts(target)):
+    for p in run_programs(config, model_cfg, mesh, names, hosts=target_hosts(target),
+                          sampler_devices=host_devices_of(target)):
         if p.name in done:
             programs.append(done[p.name])
         else:
@@ -300,7 +303,7 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
              "dtype": model_cfg.dtype, "param_dtype": model_cfg.param_dtype, "remat": model_cfg.remat,
              "attention": getattr(model_cfg, "attention", "reference")}
     return Plan(target.spec, target.num_devices, target_hosts(target), dict(mesh.shape), model,
-                target.approximate_memory, programs, waves, sampler_buckets(config, mesh))
+                target.approximate_memory, programs, waves, sampler_buckets(config, mesh, target_hosts(target)))
 
 
 # The config keys that size each program (the misfit line names them).

@@ -9,8 +9,10 @@ batch builders do): prompt ``P = round_up(rollout.max_prompt_tokens)``, teacher 
 ``Pt = round_up(rollout.max_teacher_prompt_tokens)``, response ``R = round_up(max_response_tokens)``;
 a train step takes one mini-batch (``rl.mini_batch_size`` rows, micro-batched by
 ``train.micro_batch_size``); the log-prob passes take one micro-batch; the rollout sampler takes
-``rl.tasks_per_update * rollout.group_size`` rows (a power of two), the self-analysis sampler
-``analysis.batch_size`` rows of ``analysis.max_prompt_tokens``; the SFT step takes
+one host's share of ``rl.tasks_per_update * rollout.group_size`` rows, at most one wave
+(``rollout.wave_rows``; a power of two), the self-analysis sampler ``analysis.batch_size`` rows
+of ``analysis.max_prompt_tokens``, both on one host's devices (`host_devices`: each host samples
+its own share on its own devices); the SFT step takes
 ``stage1.sft_batch_size`` rows of ``analysis.max_prompt_tokens + stage1.max_answer_tokens``.
 
 The sampler and the log-prob passes go through `sampler_programs` and `logprob_program`, the
@@ -88,17 +90,34 @@ class Shapes:
     sft_answer: int
 
     @classmethod
-    def of(cls, config) -> Shapes:
+    def of(cls, config, hosts: int = 1) -> Shapes:
+        """The shapes of ``config``'s programs on ``hosts`` hosts (the rollout rows are one host's share)."""
         r, micro = config.rollout, config.train.micro_batch_size
         return cls(prompt=round_up(r.max_prompt_tokens), teacher_prompt=round_up(r.max_teacher_prompt_tokens),
                    response=round_up(r.max_response_tokens),
                    mini_batch=round_to_multiple(config.rl.mini_batch_size, micro), micro_batch=micro,
-                   rollout_rows=row_bucket(min(config.rl.tasks_per_update * r.group_size,
-                                                    r.wave_rows if r.wave_rows > 0 else 1 << 30)),
+                   rollout_rows=row_bucket(host_rollout_rows(config, hosts)),
                    analysis_rows=row_bucket(config.analysis.batch_size),
                    analysis_prompt=round_up(config.analysis.max_prompt_tokens),
                    analysis_new=config.analysis.max_new_tokens, sft_rows=config.stage1.sft_batch_size,
                    sft_answer=round_up(config.stage1.max_answer_tokens))
+
+
+def host_rollout_rows(config, hosts: int = 1) -> int:
+    """Rows of one host's largest sampler call in the rollouts: its share of an update's
+    ``rl.tasks_per_update x rollout.group_size`` episodes (the first hosts take one task more),
+    at most ``rollout.wave_rows`` (when > 0)."""
+    tasks = -(-config.rl.tasks_per_update // hosts)
+    rows = tasks * config.rollout.group_size
+    return min(rows, config.rollout.wave_rows) if config.rollout.wave_rows > 0 else rows
+
+
+def host_devices(mesh) -> tuple:
+    """The devices of the mesh's first host (all of them on one host): where that host's sampler
+    lays its rows."""
+    devices = list(mesh.devices.flat)
+    first = getattr(devices[0], "process_index", 0)
+    return tuple(d for d in devices if getattr(d, "process_index", 0) == first)
 
 
 def _check_rows(key: str, rows: int, mesh) -> None:
@@ -165,14 +184,15 @@ def logprob_program(name: str, model_cfg: ModelConfig, tc: TrainConfig, rows: in
 
 
 def sampler_programs(label: str, model_cfg: ModelConfig, rows: int, prompt_len: int, sp: SamplingParams,
-                     mesh, backend: str = "scan", tensor_parallel: int = 1, scratch_bytes: int = 1 << 30) -> list[Program]:
+                     devices, backend: str = "scan", tensor_parallel: int = 1, scratch_bytes: int = 1 << 30
+                     ) -> list[Program]:
     """Prefill and one decode chunk of the sampler (`seed_jax.sampling.lower_programs`) for ``rows``
-    prompts of ``prompt_len`` tokens, laid out as the run's sampler lays itself out over the
-    mesh's devices (`sampling.resolve_layout`: ``scan`` puts rows over the devices, the sampler
-    copy replicated or split by heads over ``tensor_parallel`` devices, the cache created
-    sharded)."""
+    prompts of ``prompt_len`` tokens, laid out as the run's sampler lays itself out over
+    ``devices`` (one host's: `host_devices`; `sampling.resolve_layout`: ``scan`` puts rows over
+    the devices, the sampler copy replicated or split by heads over ``tensor_parallel`` devices,
+    the cache created sharded)."""
     spec = sampling.SamplerSpec(backend=backend, tensor_parallel=tensor_parallel,
-                                prefill_scratch_bytes=scratch_bytes, devices=tuple(mesh.devices.flat))
+                                prefill_scratch_bytes=scratch_bytes, devices=tuple(devices))
     lowered = sampling.lower_programs(model_cfg, sampling.resolve_layout(spec), rows, prompt_len, sp)
     note = f"{rows} rows x {prompt_len} prompt + {sp.max_new_tokens} new tokens ({backend} sampler)"
     return [Program(f"{label}_prefill", None, (), note, lowered=lowered["prefill"]),
@@ -180,11 +200,13 @@ def sampler_programs(label: str, model_cfg: ModelConfig, rows: int, prompt_len: 
                     unknown_trips=sp.chunk, lowered=lowered["decode"])]
 
 
-def run_programs(config, model_cfg: ModelConfig, mesh, names: set[str] | None = None, hosts: int = 1) -> list[Program]:
+def run_programs(config, model_cfg: ModelConfig, mesh, names: set[str] | None = None, hosts: int = 1,
+                 sampler_devices=None) -> list[Program]:
     """Every program of a run config (module docstring), or those whose name is in ``names``;
-    ``hosts``: the processes the mesh's devices belong to."""
+    ``hosts``: the processes the mesh's devices belong to; ``sampler_devices``: one host's
+    devices for the sampler programs (default `host_devices` of the mesh)."""
     tc = train_config(config)
-    s = Shapes.of(config)
+    s = Shapes.of(config, hosts)
     def want(n: str) -> bool:  # a program, its group (rollout: prefill and decode), or a group with a member named
         return names is None or n in names or n.rsplit("_", 1)[0] in names or any(m.startswith(n + "_") for m in names)
 
@@ -199,36 +221,34 @@ def run_programs(config, model_cfg: ModelConfig, mesh, names: set[str] | None = 
         out.append(logprob_program("teacher_logprobs", model_cfg, tc, s.micro_batch, s.teacher_prompt, s.response,
                                    mesh, hosts))
     cfg = tc.apply_to(model_cfg)
+    devices = sampler_devices or host_devices(mesh)
     r = config.rollout
     backend = "scan" if config.sampler.backend == "auto" else config.sampler.backend
     sampler = dict(backend=backend, tensor_parallel=config.sampler.tensor_parallel,
                    scratch_bytes=int(config.sampler.prefill_scratch_mb) << 20)
     if want("rollout"):
         sp = SamplingParams(r.max_response_tokens, r.temperature, r.top_p, r.top_k, min(r.chunk, r.max_response_tokens))
-        out += [p for p in sampler_programs("rollout", cfg, s.rollout_rows, s.prompt, sp, mesh, **sampler)
+        out += [p for p in sampler_programs("rollout", cfg, s.rollout_rows, s.prompt, sp, devices,
+                                            **sampler)
                 if want(p.name)]
     if want("analysis") and config.analysis.analyzer == "self":
         sp = SamplingParams(s.analysis_new, r.temperature, r.top_p, r.top_k, min(r.chunk, s.analysis_new))
-        out += [p for p in sampler_programs("analysis", cfg, s.analysis_rows, s.analysis_prompt, sp, mesh,
+        out += [p for p in sampler_programs("analysis", cfg, s.analysis_rows, s.analysis_prompt, sp, devices,
                                     **sampler)
                 if want(p.name)]
     return out
 
 
-def sampler_buckets(config, mesh) -> dict[str, list[tuple[int, int]]]:
+def sampler_buckets(config, mesh, hosts: int = 1) -> dict[str, list[tuple[int, int]]]:
     """Every ``(rows, prompt_len)`` bucket the run's sampler may compile (`sampling.shape_buckets`,
     two programs each: prefill and decode chunk): ``rollout`` for calls of at most one wave
-    (``rollout.wave_rows``; all of an update's rollouts when 0) of prompts up to
-    ``rollout.max_prompt_tokens``, ``analysis`` (self-analysis only) for ``analysis.batch_size``
-    prompts up to ``analysis.max_prompt_tokens``; rows laid out over ``mesh``'s devices as the
-    sampler lays them."""
+    (`host_rollout_rows`) of prompts up to ``rollout.max_prompt_tokens``, ``analysis``
+    (self-analysis only) for ``analysis.batch_size`` prompts up to ``analysis.max_prompt_tokens``;
+    rows laid out over one host's devices (`host_devices`) as the sampler lays them."""
     backend = "scan" if config.sampler.backend == "auto" else config.sampler.backend
     layout = sampling.resolve_layout(sampling.SamplerSpec(backend=backend, tensor_parallel=config.sampler.tensor_parallel,
-                                                          devices=tuple(mesh.devices.flat)))
-    r = config.rollout
-    rows = config.rl.tasks_per_update * r.group_size
-    out = {"rollout": sampling.shape_buckets(min(rows, r.wave_rows) if r.wave_rows > 0 else rows, r.max_prompt_tokens,
-                                             layout)}
+                                                          devices=host_devices(mesh)))
+    out = {"rollout": sampling.shape_buckets(host_rollout_rows(config, hosts), config.rollout.max_prompt_tokens, layout)}
     if config.analysis.analyzer == "self":
         out["analysis"] = sampling.shape_buckets(config.analysis.batch_size, config.analysis.max_prompt_tokens, layout)
     return out

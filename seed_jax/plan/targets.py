@@ -146,6 +146,22 @@ def parse_target(spec: str) -> Target:
     raise TargetError(f"--target={spec}: expected tpu:<topology>, gpu:<kind>x<n>, cpu:<n> or native")
 
 
+def host_devices_of(target: Target) -> tuple:
+    """Devices standing for one host of ``target`` (where a host's sampler runs): the first
+    host's devices; for a TPU topology of several hosts, the devices of a one-host topology of
+    the same chips and shape (XLA:TPU compiles a program only for devices numbered from 0, and
+    a host of a larger slice holds others, e.g. 0, 1, 4, 5 of v5e 4x4)."""
+    first = getattr(target.devices[0], "process_index", 0)
+    mine = tuple(d for d in target.devices if getattr(d, "process_index", 0) == first)
+    if len(mine) == len(target.devices) or not target.spec.startswith("tpu:"):
+        return mine
+    gen, topology = target.spec.split(":", 2)[1:]
+    coords = [list(d.coords) for d in mine]
+    extent = [max(c[i] for c in coords) - min(c[i] for c in coords) + 1 for i in range(len(coords[0]))]
+    dims = len(topology.split("x"))
+    return _tpu_devices(f"{gen}:{'x'.join(str(n) for n in extent[:dims])}")
+
+
 def native_target(devices=None) -> Target:
     """The devices of this process (default ``jax.devices()``), with the memory each reports."""
     devices = tuple(devices if devices is not None else jax.devices())
