@@ -57,7 +57,7 @@ from seed_jax.procmem import release_free_memory
 from seed_jax.rollout.batch import BatchSettings
 from seed_jax.rollout.loop import make_prompt_encoder
 from seed_jax.rollout.trajectory import Trajectory
-from seed_jax.sampling import prepare_sampler, release_sampler
+from seed_jax.sampling import release_sampler
 from seed_jax.skills import SkillParse
 from seed_jax.train.checkpoint import Checkpointer
 from seed_jax.train.logprobs import scoring_params
@@ -272,9 +272,8 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
             timer = Timer()
             tasks = update_tasks(run, u)
             old = state.params  # theta_old for the log-prob passes (sharded as the state holds it)
-            # every host: the sampler's copy of theta_old (rollouts and skills), gathered once
-            prepare_sampler(state.params, cfg, settings.sampler)
             with timer("rollout"):
+                # every host first makes the sampler's copy of theta_old (rollouts and skills), once
                 trajs = host_rollouts(pool, model, tok, tasks, settings, gather=False, params=state.params,
                                       seed=c.seed * 1_000_003 + u * 1000, tag=f"u{u}/", encode_prompt=encode,
                                       task_skills=[bank.lookup(t) for t in tasks] if run.switches.prompt_skills

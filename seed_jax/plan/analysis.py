@@ -240,11 +240,12 @@ def wave_candidates(config, target: Target) -> list[int]:
     return out
 
 
-def choose_wave_rows(config, target: Target, model_cfg: ModelConfig, mesh, progress=None
+def choose_wave_rows(config, target: Target, model_cfg: ModelConfig, mesh, progress=None, sampler_devices=None
                      ) -> tuple[WaveChoice, dict[int, list[ProgramPlan]]]:
     """The largest of `wave_candidates` whose rollout prefill and decode fit ``target``: the largest
     first, then by bisection (a wave that fits has every smaller one fit); also the plans compiled
-    on the way."""
+    on the way. ``sampler_devices``: one host's devices (default `host_devices_of` the target)."""
+    sampler_devices = sampler_devices or host_devices_of(target)
     cands = wave_candidates(config, target)
     plans: dict[int, list[ProgramPlan]] = {}
 
@@ -252,7 +253,7 @@ def choose_wave_rows(config, target: Target, model_cfg: ModelConfig, mesh, progr
         if rows not in plans:
             plans[rows] = []
             for p in run_programs(with_wave_rows(config, rows), model_cfg, mesh, {"rollout"},
-                                  hosts=target_hosts(target), sampler_devices=host_devices_of(target)):
+                                  hosts=target_hosts(target), sampler_devices=sampler_devices):
                 if progress is not None:
                     progress(f"{p.name} ({rows} rows per wave)")
                 plans[rows].append(measure(p, target))
@@ -282,15 +283,16 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
     """
     model_cfg = model_config_of(config)
     mesh = target_mesh(config, target)
+    sampler_devices = host_devices_of(target)  # one host's devices (on a TPU slice: a one-host topology)
     waves, wave_plans = None, {}
     if config.rollout.wave_rows == WAVE_AUTO:
         if names is None or any(n == "rollout" or n.startswith("rollout_") for n in names):
-            waves, wave_plans = choose_wave_rows(config, target, model_cfg, mesh, progress)
+            waves, wave_plans = choose_wave_rows(config, target, model_cfg, mesh, progress, sampler_devices)
         config = with_wave_rows(config, waves.rows or min(waves.tried) if waves else 0)
     done = {p.name: p for p in wave_plans.get(config.rollout.wave_rows, [])}
     programs = []
     for p in run_programs(config, model_cfg, mesh, names, hosts=target_hosts(target),
-                          sampler_devices=host_devices_of(target)):
+                          sampler_devices=sampler_devices):
         if p.name in done:
             programs.append(done[p.name])
         else:
