@@ -1,7 +1,7 @@
 """The household evidence study in one command.
 
     python bench/household_study.py [--preset study|ci|tiny|gpu] [--out DIR] [--arms a,b] [--seeds 0,1,2]
-                                    [--set key=value ...] [--shared STUDY_DIR]
+                                    [--set key=value ...] [--shared STUDY_DIR] [--archive DIR]
 
 Stage 0 (BC policy) and stage 1 (scripted annotation + analyzer SFT) run once; then every arm
 (GRPO = sft_grpo, SEED, SEED-static, SEED-shuffled, optional lambda_opd sweep arms) runs RL +
@@ -47,6 +47,9 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], help="config override, e.g. rl.num_updates=10")
     ap.add_argument("--shared", default=None,
                     help="a study directory whose stage 0 and stage 1 this run reuses (RL settings may differ)")
+    ap.add_argument("--archive", default=None,
+                    help="restore the finished pieces stored in DIR first, and store each piece there as it "
+                         "finishes (experiments.household.archive), so a later session goes on from them")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
 
@@ -72,7 +75,7 @@ def main(argv=None) -> int:
     arms = args.arms.split(",") if args.arms else None
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     t0 = time.time()
-    res = run_study(config, out, arms, seeds, shared=args.shared)
+    res = run_study(config, out, arms, seeds, shared=args.shared, archive=args.archive)
     print(res["markdown"])
     print(f"study directory: {out.absolute()}  (wall {time.time() - t0:.0f} s this call)")
     return 0

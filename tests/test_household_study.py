@@ -14,6 +14,7 @@ from configs.household import get_config
 from envs.household import household_scripted_answer
 from envs.household.tasks import load_task
 from envs.household.world import transitions
+from experiments.household.archive import pack, unpack
 from experiments.household.audit import consistency_by_update, join_gates, read_step_actions, summarize, update_of
 from experiments.household.bc import bc_batches, bc_examples, cycled_batches, random_policy_success, run_stage0
 from experiments.household.demos import noisy_episode, subgoal_text
@@ -420,6 +421,50 @@ def test_link_shared(tmp_path):
         link_shared(shared, other)
 
 
+def _write(path, text="x"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_archive_keeps_finished_pieces_without_caches_and_copies(tmp_path):
+    """`archive.pack` stores each finished piece once, leaving out caches, checkpoints, the
+    arms' stage-1 copies and final models of seeds other than the probe's; `unpack` restores
+    exactly the stored files into a study directory that lacks them, with their timings."""
+    out, arch = tmp_path / "study", tmp_path / "archive"
+    kept = ["stage0/policy/model.safetensors", "stage0/policy/stage0.json", "stage0/eval_run/stages/eval.json",
+            "base/stages/eval.json", "base/sft/model/model.safetensors", "base/stage1/sft.jsonl",
+            "start/seed0/stages/eval.json", "start/seed0/eval/checkpoint_seen.json",
+            "arms/seed/seed0/stages/eval.json", "arms/seed/seed0/rl/step_actions.jsonl",
+            "arms/seed/seed0/rl/final_model/model.safetensors", "arms/seed/seed0/metrics.jsonl",
+            "arms/seed/seed1/stages/eval.json", "arms/seed_l0.1/seed0/stages/eval.json"]
+    left_out = ["stage0/policy_bc/model.safetensors", "base/xla_cache/a", "base/tb/events",
+                "arms/seed/seed0/rl/ckpt/3/state", "arms/seed/seed0/sft/model/model.safetensors",
+                "arms/seed/seed0/stage1/sft.jsonl", "arms/seed/seed1/rl/final_model/model.safetensors",
+                "arms/seed/seed0/xla_cache/b"]
+    unfinished = ["arms/sft_grpo/seed0/metrics.jsonl", "start/seed1/eval/checkpoint_seen.json"]
+    for f in kept + left_out + unfinished:
+        _write(out / f, f)
+    timings = {"stage0": {"wall_s": 1.0}, "stage1": {"wall_s": 2.0}, "start/seed0": {"wall_s": 3.0},
+               "seed/seed0": {"wall_s": 4.0}, "seed@0.1/seed0": {"wall_s": 5.0}, "sft_grpo/seed0": {"wall_s": 6.0}}
+    _write(out / "timings.json", json.dumps(timings))
+    _write(out / "probe.json", "{}")
+    names = pack(out, arch, probe_seed=0)
+    assert sorted(names) == ["probe.json", "seed-seed0", "seed-seed1", "seed_l0.1-seed0", "shared", "start-seed0"]
+    assert pack(out, arch, probe_seed=0) == []  # nothing new
+    back = tmp_path / "restored"
+    assert sorted(unpack(arch, back)) == sorted(names)
+    files = sorted(str(p.relative_to(back)) for p in back.rglob("*") if p.is_file())
+    assert files == sorted(kept + ["timings.json", "probe.json"])
+    assert all((back / f).read_text() == f for f in kept)
+    assert json.loads((back / "timings.json").read_text()) == {k: v for k, v in timings.items() if k != "sft_grpo/seed0"}
+    assert unpack(arch, back) == []  # everything there already
+    # a study that links another's stage 0 / stage 1 leaves the shared piece to that one's archive
+    linked = tmp_path / "linked"
+    link_shared(out, linked)
+    _write(linked / "arms/seed/seed2/stages/eval.json")
+    assert pack(linked, tmp_path / "archive2") == ["seed-seed2"]
+
+
 # ------------------------------------------------------------------ stage 0 (slow) and the ci study
 
 
@@ -511,3 +556,9 @@ def test_ci_study_end_to_end(tmp_path):
     # a re-run finds everything done and only rewrites the report
     again = run_study(c, tmp_path)
     assert again["arms"]["seed"]["0"]["final"] == res["arms"]["seed"]["0"]["final"]
+    # archived, the study goes on elsewhere from its pieces: nothing runs again (no arm copies
+    # stage 1 anew), and the report is the same
+    pack(tmp_path, tmp_path / "archive")
+    elsewhere = run_study(c, tmp_path / "elsewhere", archive=tmp_path / "archive")
+    assert not (tmp_path / "elsewhere" / "arms" / "seed" / "seed0" / "sft").exists()
+    assert elsewhere["arms"] == res["arms"] and elsewhere["probe"] == res["probe"]

@@ -36,6 +36,7 @@ import shutil
 import time
 from pathlib import Path
 
+from experiments.household import archive as study_archive
 from experiments.household.audit import STEP_ACTIONS_FILE
 from experiments.household.bc import run_stage0
 from experiments.household.probe import probe_checkpoints
@@ -138,22 +139,30 @@ def link_shared(shared: str | Path, out: Path) -> None:
 
 
 def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds: list[int] | None = None,
-              shared: str | Path | None = None) -> dict:
+              shared: str | Path | None = None, archive: str | Path | None = None) -> dict:
     """Run (or resume) the whole study; returns the results dict also written to results.json.
     ``shared``: take stage 0 and stage 1 from that study directory (`link_shared`); the RL
-    settings of ``config`` may differ from its, the stage-0 / stage-1 ones must not."""
+    settings of ``config`` may differ from its, the stage-0 / stage-1 ones must not.
+    ``archive``: first restore the finished pieces stored there (`archive.unpack`), then store
+    each piece as it finishes (`archive.pack`)."""
     out = Path(out_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
     if shared is not None:
         link_shared(shared, out)
-    arms = arms or arms_of(config)
     seeds = list(seeds if seeds is not None else config.study.seeds)
+    if archive is not None:
+        restored = study_archive.unpack(archive, out)
+        if restored:
+            log.info("study: restored from %s: %s", archive, ", ".join(restored))
+    arms = arms or arms_of(config)
     timings_path = out / "timings.json"
     timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
     t_start = time.time()
 
     def save_timings():
         timings_path.write_text(json.dumps(timings, indent=1))
+        if archive is not None:
+            study_archive.pack(out, archive, probe_seed=seeds[0])
 
     policy0 = out / "stage0" / "policy"
     if not (policy0 / "stage0.json").exists():
