@@ -19,7 +19,7 @@ from experiments.household.audit import consistency_by_update, join_gates, read_
 from experiments.household.bc import bc_batches, bc_examples, cycled_batches, random_policy_success, run_stage0
 from experiments.household.demos import noisy_episode, subgoal_text
 from experiments.household.experiment import arm_config, arms_of, link_shared, run_study, step_recorder
-from experiments.household.probe import _summary, names_start_place, subgoal_verb
+from experiments.household.probe import _summary, names_start_place, probe_points, subgoal_verb
 from experiments.household.report import (
     T975,
     change_table,
@@ -463,6 +463,18 @@ def test_archive_keeps_finished_pieces_without_caches_and_copies(tmp_path):
     link_shared(out, linked)
     _write(linked / "arms/seed/seed2/stages/eval.json")
     assert pack(linked, tmp_path / "archive2") == ["seed-seed2"]
+
+
+def test_probe_points_are_the_policies_present(tmp_path):
+    """The probe reads the stage-1 checkpoint and the first seed's final GRPO / SEED policies
+    that exist, so a study probes again once another of them has finished."""
+    _write(tmp_path / "base/sft/model/config.json")
+    _write(tmp_path / "arms/seed/seed3/rl/final_model/config.json")
+    _write(tmp_path / "arms/seed_static/seed3/rl/final_model/config.json")
+    _write(tmp_path / "arms/sft_grpo/seed3/rl/step_actions.jsonl")  # unfinished: no final model
+    arms = ["sft_grpo", "seed", "seed_static"]
+    assert set(probe_points(tmp_path, arms, [3, 4])) == {"stage-1 checkpoint", "seed"}
+    assert set(probe_points(tmp_path, arms, [4, 3])) == {"stage-1 checkpoint"}
 
 
 # ------------------------------------------------------------------ stage 0 (slow) and the ci study

@@ -19,7 +19,8 @@ checkpoints, the stage-0 intermediate ``policy_bc/``, an arm's copies of the sta
 (``stage1/``, ``sft/``), and the final model of every seed but ``probe_seed`` (the teacher
 probe reads only that one). ``ARCHIVE/timings.json`` keeps the study's timings of the packed
 pieces, `unpack` adding those the study's ``timings.json`` lacks; the teacher probe's
-``probe.json`` is kept as it is and restored when the study lacks one.
+``probe.json`` is kept in its latest version (the study probes again when an arm's first seed
+has finished since) and restored when the study lacks one.
 """
 
 from __future__ import annotations
@@ -94,8 +95,9 @@ def pack(out: str | Path, archive: str | Path, probe_seed: int = 0) -> list[str]
         written.append(name)
     if written:
         timings_path.write_text(json.dumps(stored, indent=1))
-    if (out / PROBE).exists() and not (archive / PROBE).exists():
-        (archive / PROBE).write_bytes((out / PROBE).read_bytes())
+    probe = (out / PROBE).read_bytes() if (out / PROBE).exists() else None
+    if probe is not None and (not (archive / PROBE).exists() or (archive / PROBE).read_bytes() != probe):
+        (archive / PROBE).write_bytes(probe)
         written.append(PROBE)
     return written
 

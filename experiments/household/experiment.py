@@ -39,7 +39,7 @@ from pathlib import Path
 from experiments.household import archive as study_archive
 from experiments.household.audit import STEP_ACTIONS_FILE
 from experiments.household.bc import run_stage0
-from experiments.household.probe import probe_checkpoints
+from experiments.household.probe import probe_checkpoints, probe_points
 from experiments.household.report import write_report
 from seed_jax.jsonl import append_jsonl, repair_torn_tail
 from seed_jax.launch import run_pipeline
@@ -204,7 +204,8 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
             _timed(timings, f"{arm}/seed{seed}", functools.partial(run_pipeline, c, wd, "rl,eval", [step_recorder(wd)]))
             save_timings()
     probe_path = out / "probe.json"
-    if int(config.study.get("probe_tasks", 0)) > 0 and not probe_path.exists():
+    probed = set(json.loads(probe_path.read_text())) if probe_path.exists() else set()
+    if int(config.study.get("probe_tasks", 0)) > 0 and set(probe_points(out, arms, seeds)) - probed:
         probe = _timed(timings, "probe", lambda: probe_checkpoints(config, out, arms, seeds))
         probe_path.write_text(json.dumps(probe, indent=1))
         save_timings()

@@ -151,20 +151,23 @@ def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_
     return out
 
 
-def probe_checkpoints(config, out, arms: Sequence[str], seeds: Sequence[int]) -> dict:
-    """The probe of the stage-1 checkpoint and of the final policy of the first seed of the
-    GRPO and SEED arms (those present), on the first ``study.probe_tasks`` training tasks."""
+def probe_points(out, arms: Sequence[str], seeds: Sequence[int]) -> dict[str, Path]:
+    """name -> model directory of the policies the probe reads that exist: the stage-1
+    checkpoint and the final policy of the first seed of the GRPO and SEED arms."""
     out = Path(out)
-    bench = make_benchmark(config.env)
-    tasks = bench.tasks(bench.train_split)[:int(config.study.probe_tasks)]
     points = {"stage-1 checkpoint": out / "base" / "sft" / "model"}
     for arm in ("sft_grpo", "seed"):
         if arm in arms and seeds:
             points[arm] = arm_dir(out, arm, seeds[0]) / "rl" / "final_model"
+    return {name: path for name, path in points.items() if (path / "config.json").exists()}
+
+
+def probe_checkpoints(config, out, arms: Sequence[str], seeds: Sequence[int]) -> dict:
+    """The probe of every `probe_points` policy on the first ``study.probe_tasks`` training tasks."""
+    bench = make_benchmark(config.env)
+    tasks = bench.tasks(bench.train_split)[:int(config.study.probe_tasks)]
     res = {}
-    for name, path in points.items():
-        if not (path / "config.json").exists():
-            continue
+    for name, path in probe_points(out, arms, seeds).items():
         model, tok = load_policy(config, path)
         res[name] = teacher_probe(model, tok, tasks, max_steps=int(config.env.max_steps),
                                   history_window=int(config.env.history_window),
