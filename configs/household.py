@@ -6,9 +6,10 @@ Also usable with the launcher once ``model.path`` points at a stage-0 policy dir
 Presets:
 
 - ``study``: the experiment (stage 0 BC, stage 1 with the scripted analyzer, RL arms of
-  `experiments.household.experiment`); on 2 CPU cores (AMD, no AMX) stage 0 takes
-  about 14 min, each RL run of an arm and seed 13-22 min (alone / two at a time): the GRPO arm over
-  5 seeds about 1.5 h, all four arms several hours;
+  `experiments.household.experiment`); on 2 CPU cores stage 0 takes about 30 min (Intel,
+  2400 BC steps), a GRPO seed about 21 min alone, a SEED seed about twice that (run them one at
+  a time: two at once share the cores and each takes two to three times as long), so the whole
+  study takes many hours, which `--archive` spreads over sessions;
 - ``ci``: the same study at toy scale, about two minutes;
 - ``tiny``: the smallest settings that still run every stage (tests of the plumbing);
 - ``gpu``: the study with the pretrained SmolLM2-135M-Instruct as the policy (it reads English
@@ -88,7 +89,9 @@ def _stage0() -> ml_collections.ConfigDict:
         # hint pair, so the clone is unsure where a hint knows, and reads it (README, teacher probe);
         # round two ran with search=False, find_skill_share=0.3
         search=True, find_skill_share=1.0,
-        copy_steps=300, lm_weight=0.25, steps=1200, batch_size=16, lr=2e-3, warmup_steps=20,
+        # round four: 2400 BC steps (round three's 1200 gave a clone whose hint reading depended on the
+        # draw: an accurate skill lifted the expert's response by 1.10 nats on one machine, 0.42 on another)
+        copy_steps=300, lm_weight=0.25, steps=2400, batch_size=16, lr=2e-3, warmup_steps=20,
         analyzer_steps=300, analyzer_batch=8, analyzer_noises=(0.1, 0.3, 0.5), analyzer_lr=5e-4,
         eval_tasks=32, seed=0))
 
