@@ -38,18 +38,27 @@ SKIPPED_NAMES = frozenset({"xla_cache", "tb", "ckpt", "policy_bc"})
 ARM_COPIES = ("stage1", "sft")
 
 
-def pieces(out: Path) -> Iterator[tuple[str, list[Path], str]]:
-    """``(piece name, top-level paths relative to out, timings key)`` of every finished piece."""
+def marker(name: str) -> str:
+    """The file (relative to the study directory) whose presence marks piece ``name`` finished."""
+    if name == SHARED:
+        return "base/stages/eval.json"
+    group, seed_dir = name.rsplit("-", 1)
+    top = f"start/{seed_dir}" if group == "start" else f"arms/{group}/{seed_dir}"
+    return f"{top}/stages/eval.json"
+
+
+def pieces(out: Path) -> Iterator[tuple[str, list[Path], tuple[str, ...]]]:
+    """``(piece name, top-level paths relative to out, its timings keys)`` of every finished piece."""
     out = Path(out)
-    if (out / "base" / "stages" / "eval.json").exists() and not (out / "base").is_symlink():
-        yield SHARED, [Path("stage0"), Path("base")], ""
+    if (out / marker(SHARED)).exists() and not (out / "base").is_symlink():
+        yield SHARED, [Path("stage0"), Path("base")], ("stage0", "stage0_eval", "stage1")
     for d in sorted((out / "start").glob("seed*")):
-        if (d / "stages" / "eval.json").exists():
-            yield f"start-{d.name}", [d.relative_to(out)], f"start/{d.name}"
+        if (out / marker(f"start-{d.name}")).exists():
+            yield f"start-{d.name}", [d.relative_to(out)], (f"start/{d.name}",)
     for d in sorted((out / "arms").glob("*/seed*")):
-        if (d / "stages" / "eval.json").exists():
-            arm = d.parent.name
-            yield f"{arm}-{d.name}", [d.relative_to(out)], f"{re.sub(r'_l(?=[0-9.])', '@', arm)}/{d.name}"
+        arm = d.parent.name
+        if (out / marker(f"{arm}-{d.name}")).exists():
+            yield f"{arm}-{d.name}", [d.relative_to(out)], (f"{re.sub(r'_l(?=[0-9.])', '@', arm)}/{d.name}",)
 
 
 def _keep(rel: Path, probe_seed: int) -> bool:
@@ -80,7 +89,7 @@ def pack(out: str | Path, archive: str | Path, probe_seed: int = 0) -> list[str]
     stored = json.loads(timings_path.read_text()) if timings_path.exists() else {}
     study_timings = json.loads((out / TIMINGS).read_text()) if (out / TIMINGS).exists() else {}
     written = []
-    for name, tops, key in pieces(out):
+    for name, tops, keys in pieces(out):
         dst = archive / f"{name}.tar.xz"
         if dst.exists():
             continue
@@ -90,7 +99,6 @@ def pack(out: str | Path, archive: str | Path, probe_seed: int = 0) -> list[str]
                 for rel in _files(out, top, probe_seed):
                     tar.add(out / rel, arcname=str(rel), recursive=False)
         tmp.replace(dst)
-        keys = ("stage0", "stage0_eval", "stage1") if name == SHARED else (key,)
         stored.update({k: study_timings[k] for k in keys if k in study_timings})
         written.append(name)
     if written:
@@ -112,13 +120,10 @@ def unpack(archive: str | Path, out: str | Path) -> list[str]:
     restored = []
     for tar_path in sorted(archive.glob("*.tar.xz")):
         name = tar_path.name[: -len(".tar.xz")]
+        if (out / marker(name)).exists():
+            continue
         with tarfile.open(tar_path, "r:xz") as tar:
-            members = tar.getmembers()
-            marker = ("base/stages/eval.json" if name == SHARED
-                      else next((m.name for m in members if m.name.endswith("stages/eval.json")), None))
-            if marker is None or (out / marker).exists():
-                continue
-            tar.extractall(out, members=members, filter="data")
+            tar.extractall(out, filter="data")
         restored.append(name)
     timings_path = archive / TIMINGS
     if restored and timings_path.exists():

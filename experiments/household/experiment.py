@@ -149,17 +149,18 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
     out.mkdir(parents=True, exist_ok=True)
     if shared is not None:
         link_shared(shared, out)
+    arms = arms or arms_of(config)
     seeds = list(seeds if seeds is not None else config.study.seeds)
     if archive is not None:
         restored = study_archive.unpack(archive, out)
         if restored:
             log.info("study: restored from %s: %s", archive, ", ".join(restored))
-    arms = arms or arms_of(config)
     timings_path = out / "timings.json"
     timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
     t_start = time.time()
 
-    def save_timings():
+    def piece_finished():
+        """Save the timings and, with an archive, store the finished pieces there."""
         timings_path.write_text(json.dumps(timings, indent=1))
         if archive is not None:
             study_archive.pack(out, archive, probe_seed=seeds[0])
@@ -167,7 +168,7 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
     policy0 = out / "stage0" / "policy"
     if not (policy0 / "stage0.json").exists():
         _timed(timings, "stage0", lambda: run_stage0(config, policy0))
-        save_timings()
+        piece_finished()
     config = copy.deepcopy(config)
     config.model.path = str(policy0)
 
@@ -177,14 +178,14 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
         c.method = "sft_grpo"
         c.eval.checkpoint = str(policy0)
         _timed(timings, "stage0_eval", lambda: run_pipeline(c, s0_eval, "eval"))
-        save_timings()
+        piece_finished()
 
     base = out / "base"
     if not (base / "stages" / "eval.json").exists():
         c = copy.deepcopy(config)
         c.method = "seed"
         _timed(timings, "stage1", lambda: run_pipeline(c, base, "collect,annotate,sft,eval"))
-        save_timings()
+        piece_finished()
 
     for seed in seeds:
         wd = out / "start" / f"seed{seed}"
@@ -193,7 +194,7 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
             c.method, c.seed = "sft_grpo", int(seed)
             c.eval.checkpoint = str(base / "sft" / "model")
             _timed(timings, f"start/seed{seed}", functools.partial(run_pipeline, c, wd, "eval"))
-            save_timings()
+            piece_finished()
     for arm in arms:
         for seed in seeds:
             wd = out / "arms" / arm.replace("@", "_l") / f"seed{seed}"
@@ -202,13 +203,13 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
             c = arm_config(config, arm, seed)
             copy_stage1(base, wd)
             _timed(timings, f"{arm}/seed{seed}", functools.partial(run_pipeline, c, wd, "rl,eval", [step_recorder(wd)]))
-            save_timings()
+            piece_finished()
     probe_path = out / "probe.json"
     probed = set(json.loads(probe_path.read_text())) if probe_path.exists() else set()
     if int(config.study.get("probe_tasks", 0)) > 0 and set(probe_points(out, arms, seeds)) - probed:
         probe = _timed(timings, "probe", lambda: probe_checkpoints(config, out, arms, seeds))
         probe_path.write_text(json.dumps(probe, indent=1))
-        save_timings()
+        piece_finished()
     timings["study_wall_s_this_call"] = round(time.time() - t_start, 1)
-    save_timings()
+    piece_finished()
     return write_report(config, out, arms, seeds)
