@@ -445,7 +445,8 @@ def test_archive_keeps_finished_pieces_without_caches_and_copies(tmp_path):
     for f in kept + left_out + unfinished:
         _write(out / f, f)
     timings = {"stage0": {"wall_s": 1.0}, "stage1": {"wall_s": 2.0}, "start/seed0": {"wall_s": 3.0},
-               "seed/seed0": {"wall_s": 4.0}, "seed@0.1/seed0": {"wall_s": 5.0}, "sft_grpo/seed0": {"wall_s": 6.0}}
+               "seed/seed0": {"wall_s": 4.0}, "seed@0.1/seed0": {"wall_s": 5.0}, "sft_grpo/seed0": {"wall_s": 6.0},
+               "probe": {"wall_s": 7.0}}  # the probe's timing travels with probe.json
     _write(out / "timings.json", json.dumps(timings))
     _write(out / "probe.json", "{}")
     names = pack(out, arch, probe_seed=0)

@@ -19,8 +19,8 @@ checkpoints, the stage-0 intermediate ``policy_bc/``, an arm's copies of the sta
 (``stage1/``, ``sft/``), and the final model of every seed but ``probe_seed`` (the teacher
 probe reads only that one). ``ARCHIVE/timings.json`` keeps the study's timings of the packed
 pieces, `unpack` adding those the study's ``timings.json`` lacks; the teacher probe's
-``probe.json`` is kept in its latest version (the study probes again when an arm's first seed
-has finished since) and restored when the study lacks one.
+``probe.json`` is kept in its latest version, with its timing (the study probes again when an
+arm's first seed has finished since) and restored when the study lacks one.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pathlib import Path
 SHARED = "shared"
 TIMINGS = "timings.json"
 PROBE = "probe.json"
+PROBE_TIMING = "probe"  # the study's timing key of the probe that wrote probe.json
 SKIPPED_NAMES = frozenset({"xla_cache", "tb", "ckpt", "policy_bc"})
 ARM_COPIES = ("stage1", "sft")
 
@@ -101,12 +102,14 @@ def pack(out: str | Path, archive: str | Path, probe_seed: int = 0) -> list[str]
         tmp.replace(dst)
         stored.update({k: study_timings[k] for k in keys if k in study_timings})
         written.append(name)
-    if written:
-        timings_path.write_text(json.dumps(stored, indent=1))
     probe = (out / PROBE).read_bytes() if (out / PROBE).exists() else None
     if probe is not None and (not (archive / PROBE).exists() or (archive / PROBE).read_bytes() != probe):
         (archive / PROBE).write_bytes(probe)
+        if PROBE_TIMING in study_timings:
+            stored[PROBE_TIMING] = study_timings[PROBE_TIMING]
         written.append(PROBE)
+    if written:
+        timings_path.write_text(json.dumps(stored, indent=1))
     return written
 
 

@@ -207,7 +207,7 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
     probe_path = out / "probe.json"
     probed = set(json.loads(probe_path.read_text())) if probe_path.exists() else set()
     if int(config.study.get("probe_tasks", 0)) > 0 and set(probe_points(out, arms, seeds)) - probed:
-        probe = _timed(timings, "probe", lambda: probe_checkpoints(config, out, arms, seeds))
+        probe = _timed(timings, study_archive.PROBE_TIMING, lambda: probe_checkpoints(config, out, arms, seeds))
         probe_path.write_text(json.dumps(probe, indent=1))
         piece_finished()
     timings["study_wall_s_this_call"] = round(time.time() - t_start, 1)
