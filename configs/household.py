@@ -7,8 +7,8 @@ Presets:
 
 - ``study``: the experiment (stage 0 BC, stage 1 with the scripted analyzer, RL arms of
   `experiments.household.experiment`); on 2 CPU cores stage 0 takes about 30 min (Intel,
-  2400 BC steps), a GRPO seed about 21 min alone, a SEED seed about twice that (run them one at
-  a time: two at once share the cores and each takes two to three times as long), so the whole
+  2400 BC steps), a GRPO seed 12-16 min alone, a SEED seed 19-22 min (run them one at a
+  time: two at once share the cores and each takes two to three times as long), so the whole
   study takes many hours, which `--archive` spreads over sessions;
 - ``ci``: the same study at toy scale, about two minutes;
 - ``tiny``: the smallest settings that still run every stage (tests of the plumbing);

@@ -19,8 +19,8 @@ checkpoints, the stage-0 intermediate ``policy_bc/``, an arm's copies of the sta
 (``stage1/``, ``sft/``), and the final model of every seed but ``probe_seed`` (the teacher
 probe reads only that one). ``ARCHIVE/timings.json`` keeps the study's timings of the packed
 pieces, `unpack` adding those the study's ``timings.json`` lacks; the teacher probe's
-``probe.json`` is kept in its latest version, with its timing (the study probes again when an
-arm's first seed has finished since) and restored when the study lacks one.
+``probe.json`` is kept in its latest version (the study probes again when an arm's first seed
+has finished since), with its timing, and restored when the study lacks one.
 """
 
 from __future__ import annotations
