@@ -27,6 +27,8 @@ from experiments.household.report import (
     consistent_share,
     fmt_pct,
     mean_std,
+    paired_differences,
+    paired_table,
     repeat_share,
     start_changes,
 )
@@ -403,6 +405,27 @@ def test_change_table_hand_made():
     assert start_changes(paired, "sft_grpo", "seen") == pytest.approx([0.3, 0.0, 0.3])
     assert start_changes(paired, "sft_grpo", "unseen") == pytest.approx([0.0, 0.1])
     assert "same seed" in "\n".join(change_table(paired, ["sft_grpo"]))
+
+
+def test_paired_table_hand_made():
+    res = {"splits": ["seen", "unseen"], "start": {"seen": 0.5, "unseen": 0.4},
+           "arms": {"sft_grpo": {"0": {"final": {"seen": 0.6, "unseen": 0.5}},
+                                 "1": {"final": {"seen": 0.7, "unseen": 0.5}},
+                                 "2": {"final": {"seen": 0.8, "unseen": 0.6}}},
+                    "seed": {"0": {"final": {"seen": 0.7, "unseen": 0.5}},
+                             "1": {"final": {"seen": 0.9, "unseen": None}},
+                             "2": {"final": {"seen": 1.1, "unseen": 0.4}},
+                             "3": {"final": {"seen": 0.0, "unseen": 0.0}}}}}  # seed 3: no GRPO twin
+    assert paired_differences(res, "seed", "sft_grpo", "seen") == pytest.approx([0.1, 0.2, 0.3])
+    assert paired_differences(res, "seed", "sft_grpo", "unseen") == pytest.approx([0.0, -0.2])
+    lines = paired_table(res, ["sft_grpo", "seed"])
+    row = [ln for ln in lines if ln.startswith("| SEED")]
+    # seen: .1 .2 .3 -> +20.0 +- 4.303 * 10 / sqrt(3); unseen: 0, -20 -> -10.0 +- 12.706 * 14.142 / sqrt(2)
+    h3, h2 = 4.303 * 10 / np.sqrt(3), 12.706 * (20 / np.sqrt(2)) / np.sqrt(2)  # s = 20 / sqrt(2) points
+    assert len(row) == 1 and row[0].endswith(
+        f"| +20.0 [{20 - h3:+.1f}, {20 + h3:+.1f}] | -10.0 [{-10 - h2:+.1f}, {-10 + h2:+.1f}] | 3 |")
+    assert not [ln for ln in lines if ln.startswith("| GRPO")]  # the reference has no row
+    assert paired_table({**res, "arms": {"seed": res["arms"]["seed"]}}, ["seed"]) == []
 
 
 def test_link_shared(tmp_path):

@@ -227,6 +227,40 @@ def change_table(res: dict, arms: Sequence[str]) -> list[str]:
              "| arm | " + " | ".join(splits) + " | seeds |", "|---|" + "---|" * len(splits) + "---|"] + rows)
 
 
+def paired_differences(res: dict, arm: str, ref: str, split: str, point: str = "final") -> list[float]:
+    """Per seed k that both arms ran: success_arm(k) - success_ref(k) on ``split`` at ``point``.
+    Both runs of seed k start from the same stage-1 checkpoint and share the seed, so the
+    difference cancels what the seed's tasks and start share."""
+    a, r = res["arms"].get(arm, {}), res["arms"].get(ref, {})
+    out = []
+    for seed in a:
+        x = (a[seed].get(point) or {}).get(split)
+        y = (r.get(seed, {}).get(point) or {}).get(split)
+        if x is not None and y is not None:
+            out.append(x - y)
+    return out
+
+
+def paired_table(res: dict, arms: Sequence[str], ref: str = "sft_grpo") -> list[str]:
+    """Markdown lines: each arm minus ``ref`` at the final update, per split, paired by seed
+    (`paired_differences`), mean with its 95 % t-interval (`ci95`); none unless some arm
+    shares a seed with ``ref``."""
+    splits = res["splits"]
+    rows = []
+    for arm in arms:
+        if arm == ref:
+            continue
+        cells = [ci95(paired_differences(res, arm, ref, s)) for s in splits]
+        if any(n for _, _, n in cells):
+            rows.append(f"| {arm_label(arm)} | " + " | ".join(fmt_ci(m, h) for m, h, _ in cells)
+                        + f" | {max(n for _, _, n in cells)} |")
+    if not rows:
+        return []
+    return (["", f"Each arm minus {arm_label(ref)} at the final update, paired by seed (points; mean over seeds "
+             "[95 % t-interval of the mean]; an interval holding 0 means no difference shown):", "",
+             "| arm | " + " | ".join(splits) + " | seeds |", "|---|" + "---|" * len(splits) + "---|"] + rows)
+
+
 def _find_lift(probe_condition: dict) -> str:
     """'lift_e (n)' on the probe's detour steps whose subgoal is 'find' ('-' when none)."""
     f = (probe_condition.get("by_subgoal") or {}).get("find")
@@ -261,6 +295,7 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
         cells += [fmt_pct(*_agg(res, arm, "final", s)[:2]) for s in splits]
         lines.append("| " + " | ".join([arm_label(arm)] + cells) + " |")
     lines += change_table(res, arms)
+    lines += paired_table(res, arms)
     if any(v is not None for v in (res.get("start_repeats") or {}).values()):
         lines += ["", "Repeated commands in the evaluation (share of steps repeating the step before's command; "
                   "mean over seeds): start " + ", ".join(f"{s} {_f(res['start_repeats'].get(s))}" for s in splits)
