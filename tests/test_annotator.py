@@ -53,18 +53,22 @@ class FakeOpenAI:
                     fake.max_inflight = max(fake.max_inflight, fake.inflight)
                 try:
                     time.sleep(fake.delay)
-                    msg = body["messages"][0]["content"]
-                    if self.path != "/v1/chat/completions":
-                        return self._send(404, {"error": self.path})
-                    if msg in fake.fail_on:
-                        return self._send(400, {"error": {"message": "content policy"}})
-                    content = good(msg)
-                    if msg in fake.bad_first and len(body["messages"]) == 1:
-                        content = "Sure! The skill is: open the drawer"
-                    self._send(200, {"choices": [{"message": {"role": "assistant", "content": content}}]})
-                finally:
-                    with fake.lock:
+                    code, reply = self._reply(body)
+                finally:  # out of flight before the reply goes out: the client cannot send its next
+                    with fake.lock:  # request before this one is counted as done
                         fake.inflight -= 1
+                self._send(code, reply)
+
+            def _reply(self, body):
+                msg = body["messages"][0]["content"]
+                if self.path != "/v1/chat/completions":
+                    return 404, {"error": self.path}
+                if msg in fake.fail_on:
+                    return 400, {"error": {"message": "content policy"}}
+                content = good(msg)
+                if msg in fake.bad_first and len(body["messages"]) == 1:
+                    content = "Sure! The skill is: open the drawer"
+                return 200, {"choices": [{"message": {"role": "assistant", "content": content}}]}
 
             def _send(self, code, obj):
                 data = json.dumps(obj).encode()
