@@ -387,34 +387,45 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
 def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
     """Left: training-rollout success per update (mean over seeds, band = ±1 std, 3-update
     moving average). Middle: share of expert-consistent rollout actions per update (pooled
-    over seeds). Right: eval success at the start, mid-point and final update per split."""
+    over seeds). Right: evaluation success at the mid-point and final update minus the same
+    seed's start (`start_changes`), per split, mean over seeds with its 95 % t-interval (`ci95`)
+    as error bars (none under 3 seeds, where t_{0.975,1} = 12.7 makes the bar fill the panel);
+    one colour per arm in all three panels."""
     fig, axes = new_figure(1, 3, (17.0 / 3, 4.4))
     ax, ax3, ax2 = axes[0]
     U, mid = res["num_updates"], res["mid_update"]
-    for arm in arms:
+    for i, arm in enumerate(arms):
         ds = list(res["arms"].get(arm, {}).values())
         if not ds:
             continue
         steps = sorted(set.intersection(*[set(d["train_success"]) for d in ds])) if ds else []
         if not steps:
             continue
+        color = f"C{i % 10}"
         m = np.array([[d["train_success"][s] for s in steps] for d in ds])
         k = 3
         kern = np.ones(k) / k
         sm = np.array([np.convolve(np.pad(r, (k - 1, 0), mode="edge"), kern, "valid") for r in m])
         mu, sd = sm.mean(0), sm.std(0)
         x = np.array(steps) + 1
-        ax.plot(x, mu, label=arm_label(arm))
-        ax.fill_between(x, mu - sd, mu + sd, alpha=0.15)
+        ax.plot(x, mu, color=color, label=arm_label(arm))
+        ax.fill_between(x, mu - sd, mu + sd, color=color, alpha=0.15)
         ups = sorted({int(u) for d in ds for u in (d.get("consistency") or {})})
         if ups:
-            ax3.plot(np.array(ups) + 1, [consistent_share(ds, u, u + 1) for u in ups], label=arm_label(arm))
-        for split, style in zip(res["splits"], ("-o", "--s")):
-            xs, ys = [0], [res["start"].get(split)]
+            ax3.plot(np.array(ups) + 1, [consistent_share(ds, u, u + 1) for u in ups], color=color,
+                     label=arm_label(arm))
+        for j, (split, style) in enumerate(zip(res["splits"], ("-o", "--s"))):
+            xs, ys, hs = [0.0], [0.0], [0.0]
             for point, u in (("mid", mid), ("final", U)):
-                xs.append(u)
-                ys.append(_agg(res, arm, point, split)[0])
-            ax2.plot(xs, [np.nan if y is None else y for y in ys], style, label=f"{arm_label(arm)} / {split}")
+                if not u:
+                    continue
+                m, h, n = ci95(start_changes(res, arm, split, point))
+                xs.append(float(u))
+                ys.append(np.nan if m is None else 100 * m)
+                hs.append(0.0 if h is None or n < 3 else 100 * h)
+            shift = (i - (len(arms) - 1) / 2) * 0.5 + (j - 0.5) * 0.2  # keep the error bars apart
+            ax2.errorbar(np.array(xs) + shift, ys, yerr=hs, fmt=style, color=color, ms=4, capsize=2,
+                         label=f"{arm_label(arm)} / {split}")
     ax.set_xlabel("RL update")
     ax.set_ylabel(f"training-rollout success (T={res.get('rollout_temperature', 1.0):g})")
     ax.set_title("Learning curves (mean ± std over seeds, 3-update average)")
@@ -424,21 +435,24 @@ def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
     ax3.set_title("Rollout actions the exact expert would take")
     ax3.legend(fontsize=7)
     ax2.set_xlabel("RL update")
-    ax2.set_ylabel("eval success")
-    ax2.set_title("Evaluation: seen (solid) / unseen (dashed)")
+    ax2.axhline(0.0, color="0.6", lw=0.8)
+    ax2.set_ylabel("eval success minus the same seed's start (points)")
+    ax2.set_title("Evaluation change, mean and 95 % t-interval over seeds\n"
+                  + " (solid) / ".join(res["splits"]) + " (dashed)")
     ax2.legend(fontsize=6)
     return save_figure(fig, path, dpi=110)
 
 
 def plot_gates(res: dict, arms: Sequence[str], path: Path) -> Path | None:
     """Mean gate per update on expert-consistent (solid) vs inconsistent (dashed) step-samples,
-    one colour per arm."""
+    one colour per arm, the arm's colour in `plot_curves`."""
     audited = [a for a in arms if any(d.get("audit") for d in res["arms"].get(a, {}).values())]
     if not audited:
         return None
     fig, axes = new_figure(1, 1, (7.0, 4.2))
     ax = axes[0, 0]
-    for i, arm in enumerate(audited):
+    for arm in audited:
+        i = list(arms).index(arm)
         for kind, style in (("consistent", "-"), ("inconsistent", "--")):
             acc: dict[int, list[tuple[float, float]]] = {}
             for d in res["arms"][arm].values():
@@ -450,7 +464,7 @@ def plot_gates(res: dict, arms: Sequence[str], path: Path) -> Path | None:
                 continue
             xs = sorted(acc)
             ys = [sum(w * g for w, g in acc[u]) / sum(w for w, _ in acc[u]) for u in xs]
-            ax.plot(np.array(xs) + 1, ys, style, color=f"C{i}", label=f"{arm_label(arm)}: {kind}")
+            ax.plot(np.array(xs) + 1, ys, style, color=f"C{i % 10}", label=f"{arm_label(arm)}: {kind}")
     ax.axhline(0.5, color="gray", lw=0.5)
     ax.set_xlabel("RL update")
     ax.set_ylabel("mean OPD gate (theta_old)")
