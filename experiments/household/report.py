@@ -38,6 +38,11 @@ def arm_label(arm: str) -> str:
     return ARM_LABELS.get(arm, arm)
 
 
+def arm_color(arms: Sequence[str], arm: str) -> str:
+    """The arm's matplotlib colour: its place in the report's ``arms``, so every figure agrees."""
+    return f"C{list(arms).index(arm) % 10}"
+
+
 def arm_dir(out: Path, arm: str, seed: int) -> Path:
     return out / "arms" / arm.replace("@", "_l") / f"seed{seed}"
 
@@ -401,7 +406,7 @@ def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
         steps = sorted(set.intersection(*[set(d["train_success"]) for d in ds])) if ds else []
         if not steps:
             continue
-        color = f"C{i % 10}"
+        color = arm_color(arms, arm)
         m = np.array([[d["train_success"][s] for s in steps] for d in ds])
         k = 3
         kern = np.ones(k) / k
@@ -452,7 +457,6 @@ def plot_gates(res: dict, arms: Sequence[str], path: Path) -> Path | None:
     fig, axes = new_figure(1, 1, (7.0, 4.2))
     ax = axes[0, 0]
     for arm in audited:
-        i = list(arms).index(arm)
         for kind, style in (("consistent", "-"), ("inconsistent", "--")):
             acc: dict[int, list[tuple[float, float]]] = {}
             for d in res["arms"][arm].values():
@@ -464,7 +468,7 @@ def plot_gates(res: dict, arms: Sequence[str], path: Path) -> Path | None:
                 continue
             xs = sorted(acc)
             ys = [sum(w * g for w, g in acc[u]) / sum(w for w, _ in acc[u]) for u in xs]
-            ax.plot(np.array(xs) + 1, ys, style, color=f"C{i % 10}", label=f"{arm_label(arm)}: {kind}")
+            ax.plot(np.array(xs) + 1, ys, style, color=arm_color(arms, arm), label=f"{arm_label(arm)}: {kind}")
     ax.axhline(0.5, color="gray", lw=0.5)
     ax.set_xlabel("RL update")
     ax.set_ylabel("mean OPD gate (theta_old)")
