@@ -21,7 +21,6 @@ checkpoint exits with code 2 and one line saying what is wrong.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -90,26 +89,25 @@ def export_checkpoint(workdir, out, step: int | None = None, dtype: str = "auto"
         step = steps[-1] if step is None else step
         if step not in steps:
             raise ExportError(f"--step {step}: no such checkpoint in {ckpt_dir}; there are {steps}")
-        model, tok, state = _restore(config, workdir, ckpt, step)
-    model = dataclasses.replace(model, params=jax.device_get(state.params), source=f"{ckpt_dir / str(step)}")
+        policy, state = _restore(config, workdir, ckpt, step)
+    policy = policy.with_params(state.params, version=step, source=f"{ckpt_dir / str(step)}")
     del state
-    save_policy(model, tok, out, stored_dtype(config) if dtype == "auto" else dtype)
+    save_policy(policy, out, stored_dtype(config) if dtype == "auto" else dtype)
     return out
 
 
 def _restore(config, workdir: Path, ckpt: Checkpointer, step: int):
-    """(model without parameters, tokenizer, train state of checkpoint ``step``)."""
+    """(policy without parameters, train state of checkpoint ``step``)."""
     # the policy the RL stage started from: its config, tokenizer and generation_config
     start = workdir / "sft" / "model" if switches(config).sft else None
-    model, tok = load_policy(config, start)
-    model = dataclasses.replace(model, params=None)  # the checkpoint's parameters replace these
-    tc = train_config(config)
     mesh = make_mesh()
-    abstract = abstract_train_state(model.config, tc)
+    policy = load_policy(config, start, mesh=mesh).with_params(None)  # the checkpoint's parameters replace these
+    tc = train_config(config)
+    abstract = abstract_train_state(policy.config, tc)
     target = jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                                     abstract, state_shardings(abstract, mesh))
     state, _ = ckpt.restore(step, target)
-    return model, tok, state
+    return policy, state
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -59,7 +59,6 @@ from seed_jax.pipeline.runtime import drop_compiled, setup_xla
 from seed_jax.pipeline.summary import describe_run
 from seed_jax.pipeline.validate import STAGES, ConfigValueError, check_inputs, check_retriever, validate
 from seed_jax.procmem import limit_malloc_arenas, peak_rss_mb, release_free_memory
-from seed_jax.sampling import release_sampler
 from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
 
 __doc__ = __doc__.replace("{methods}", ", ".join(METHODS))
@@ -129,9 +128,9 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     if busy:
         check_plan(config, plan)
     mesh = make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    actions = {"collect": lambda: stage1.collect(run), "annotate": lambda: stage1.annotate_stage(run),
+    actions = {"collect": lambda: stage1.collect(run, mesh), "annotate": lambda: stage1.annotate_stage(run, mesh),
                "sft": lambda: stage1.sft(run, mesh), "rl": lambda: rl.rl(run, mesh, rl_callbacks),
-               "eval": lambda: evaluate.eval_stage(run)}
+               "eval": lambda: evaluate.eval_stage(run, mesh)}
     out = {}
     for item in stage_list:
         stage = item.stage
@@ -144,7 +143,6 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         t0 = time.time()
         log.info("stage %s: start (%s)", stage, item.why)
         summary = actions[stage]()  # every stage on every host (each takes its share of the work)
-        release_sampler()  # a stage's sampler copy is not the next stage's
         if config.low_memory:
             drop_compiled()
         release_free_memory()

@@ -26,6 +26,7 @@ and a row draws the same tokens whichever batch (or wave) it is sampled in.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import weakref
@@ -222,30 +223,51 @@ def prefill_query_chunk(cfg: ModelConfig, layout: Layout, rows: int, prompt_len:
     return max(c for c in range(1, fit + 1) if prompt_len % c == 0)
 
 
-class _SamplerCopy:
-    """The sampler's parameters for one params version (one entry: the last one asked for).
+class _Scope(NamedTuple):
+    """One open `sampler_scope`: the params version it was made for (weak references to every
+    leaf, so an old version is not kept alive), its (config, layout) and the copy itself."""
 
-    A version is the identity of every leaf of the policy's tree (weak references: the cache
-    does not keep an old version alive).
+    key: tuple
+    refs: list
+    tree: dict
+
+
+_SCOPES: list[_Scope] = []  # the open `sampler_scope` blocks, innermost last
+
+
+def _scoped_copy(params, cfg: ModelConfig, layout: Layout):
+    """The copy of the innermost open `sampler_scope` made for this very ``params`` version
+    (every leaf the same object) and layout; None when no open scope holds it."""
+    leaves = jax.tree.leaves(params)
+    for s in reversed(_SCOPES):
+        if s.key == (cfg, layout) and len(s.refs) == len(leaves) and all(r() is a for r, a in zip(s.refs, leaves)):
+            return s.tree
+    return None
+
+
+@contextlib.contextmanager
+def sampler_scope(params, cfg: ModelConfig, sampler: SamplerSpec | None = None):
+    """The sampler's copy of ``params`` (compute dtype, ``sampler``'s layout), made on entry and
+    used by every `generate` on the same ``params`` inside the block; released on exit, so its
+    memory is free for the next phase (e.g. a donating train step).
+
+    With parameters sharded over several hosts the copy is gathered by a collective, so every
+    host enters the block at the same point, also a host that then has nothing to sample.
+    Yields the copy. Outside any scope `generate` makes a copy for that call alone; a scope
+    inside one that already holds this version and layout reuses its copy (no second copy).
     """
-
-    entry: tuple | None = None
-
-    @classmethod
-    def get(cls, params, cfg: ModelConfig, layout: Layout):
-        leaves = jax.tree.leaves(params)
-        e = cls.entry
-        if (e is not None and e[0] == (cfg, layout) and len(e[1]) == len(leaves)
-                and all(r() is a for r, a in zip(e[1], leaves))):
-            return e[2]
-        cls.entry = None  # drop the old copy before making the new one
-        tree = _make_sampler_params(params, cfg, layout)
-        try:
-            refs = [weakref.ref(a) for a in leaves]
-        except TypeError:  # a leaf type without weak references: no caching
-            return tree
-        cls.entry = ((cfg, layout), refs, tree)
-        return tree
+    layout = resolve_layout(sampler)
+    held = _scoped_copy(params, cfg, layout)
+    if held is not None:
+        yield held
+        return
+    scope = _Scope((cfg, layout), [weakref.ref(a) for a in jax.tree.leaves(params)],
+                   _make_sampler_params(params, cfg, layout))
+    _SCOPES.append(scope)
+    try:
+        yield scope.tree
+    finally:
+        _SCOPES.remove(scope)
 
 
 def local_replica(params):
@@ -281,24 +303,6 @@ def _make_sampler_params(params, cfg: ModelConfig, layout: Layout):
         params = jax.device_put(params, NamedSharding(layout.mesh, P()))  # e.g. a copy on one device
     out = jax.tree.map(lambda s: NamedSharding(layout.mesh, s), specs)
     return jax.jit(lambda p: scan_cache.sampler_tree(p, cfg, dtype), out_shardings=out)(params)
-
-
-def prepare_sampler(params, cfg: ModelConfig, sampler: SamplerSpec | None = None):
-    """The sampler's copy of ``params`` for ``sampler``'s layout, made now and kept for the
-    `generate` calls on the same ``params`` (`_SamplerCopy`).
-
-    With parameters sharded over several hosts the copy is gathered by a collective, so every
-    host calls this at the same point (once per params version), before any `generate` on
-    them; a host that then has nothing to sample skips `generate` without holding the others.
-    """
-    return _SamplerCopy.get(params, cfg, resolve_layout(sampler))
-
-
-def release_sampler() -> None:
-    """Drop the sampler's copy of the parameters (`prepare_sampler`), e.g. before a train step
-    or a stage that samples no more: its memory is free for other work, and the next
-    `generate` makes a new copy."""
-    _SamplerCopy.entry = None
 
 
 def _gather_to_local(params, cfg: ModelConfig, layout: Layout, specs, dtype):
@@ -518,7 +522,8 @@ def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperatur
     closing; e.g. `envs.actions.THINK_TAGS`): stop strings inside thinking do not count (None:
     they count anywhere). ``ignore_eos`` runs all ``max_new_tokens`` steps (for benchmarks).
     ``sampler``: the backend and device layout (`SamplerSpec`; None: the default). The
-    sampler's copy of the parameters is made once per params version (`_SamplerCopy`).
+    sampler's copy of the parameters comes from the open `sampler_scope` of ``params`` (else one
+    is made for this call).
     ``row_ids``: one integer per prompt naming its random stream (default: its index), so that
     a prompt sampled with the same seed and id draws the same tokens in any batch.
     """
@@ -555,7 +560,9 @@ def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperatur
         raise ValueError(f"row_ids: {len(row_ids)} ids for {n} prompts")
     key_ids = np.asarray(list(row_ids) + [(1 << 30) + i for i in range(B - n)], np.int32)  # filler rows
     rng = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(jnp.asarray(key_ids))
-    uparams = _SamplerCopy.get(params, cfg, layout)
+    uparams = _scoped_copy(params, cfg, layout)
+    if uparams is None:  # no open scope holds this version: a copy for this call alone
+        uparams = _make_sampler_params(params, cfg, layout)
     put = jnp.asarray
     if layout.mesh is not None:
         rows = NamedSharding(layout.mesh, P("rows"))

@@ -134,13 +134,13 @@ def _tiny_run(workdir: Path):
     config.method = "grpo"
     workdir.mkdir(parents=True)
     (workdir / "config.json").write_text(json.dumps(config.to_dict(), indent=1, default=str))
-    model, _ = load_policy(config)
+    start = load_policy(config)
     trained = jax.tree_util.tree_map(lambda p: p + 0.01 * jax.random.normal(jax.random.PRNGKey(1), p.shape, p.dtype),
-                                     model.params)
+                                     start.params)
     state = create_sharded_state(trained, train_config(config), make_mesh(), rng=config.seed)
     with Checkpointer(workdir / "rl" / "ckpt") as ckpt:
         ckpt.save(3, state, {"update": 3})
-    return jax.device_get(trained), model
+    return jax.device_get(trained), start
 
 
 def test_export_command_writes_the_checkpoint_transformers_loads(tmp_path, capsys):

@@ -51,6 +51,7 @@ from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.runtime import load_policy, save_policy, train_config
 from seed_jax.rollout.analyzer import analyze_trajectories
 from seed_jax.rollout.loop import make_prompt_encoder
+from seed_jax.rollout.policy import Policy
 from seed_jax.rollout.trajectory import Trajectory, read_trajectories
 from seed_jax.skills import SKILL_HEADING, SkillRecord, canonical_answer, parse_skill, write_skill_records
 from seed_jax.train.checkpoint import Checkpointer
@@ -236,7 +237,7 @@ def _type_skill(task_type: str) -> str:
 @pytest.fixture(scope="module")
 def answering_dir(tmp_path_factory):
     tok = load_tokenizer(None)
-    return save_policy(answering_policy(tok), tok, tmp_path_factory.mktemp("answering") / "model")
+    return save_policy(Policy.of(answering_policy(tok), tok), tmp_path_factory.mktemp("answering") / "model")
 
 
 def _write_type_bank(config, workdir) -> dict[str, str]:
@@ -438,7 +439,7 @@ def self_analysis_run(tmp_path_factory):
     update change some of the policy's greedy answers, so that the second update's skills tell
     theta_old (the parameters after update 0) from the RL start."""
     tok = load_tokenizer(None)
-    model_dir = save_policy(analyzing_policy(tok), tok, tmp_path_factory.mktemp("analyzing") / "model")
+    model_dir = save_policy(Policy.of(analyzing_policy(tok), tok), tmp_path_factory.mktemp("analyzing") / "model")
     workdir = tmp_path_factory.mktemp("self_analysis")
     config = _config("search", "seed_no_sft", model__path=str(model_dir), model__random_init=False,
                      analysis__analyzer="self", analysis__max_new_tokens=40, train__lr=1e-3)
@@ -450,7 +451,8 @@ def self_analysis_run(tmp_path_factory):
 def test_self_analyzer_in_rl(self_analysis_run):
     config, workdir, model_dir, records = self_analysis_run
     assert [r.update for r in records] == [0, 1]
-    model, tok = load_policy(config)
+    policy = load_policy(config)
+    model, tok = policy.model, policy.tokenizer
     threshold = make_benchmark(config.env).spec.success_threshold
 
     def greedy(rec, params):

@@ -207,43 +207,53 @@ def test_stop_window_filter_never_hides_a_new_stop(smol_tokenizer):
     assert not _tail_may_stop(smol_tokenizer, ids, stops, len(ids) - 4)
 
 
-def test_sampler_copy_is_made_once_per_params_version(tiny_model_dirs, smol_tokenizer, monkeypatch):
+def test_sampler_copy_is_made_once_per_scope(tiny_model_dirs, smol_tokenizer, monkeypatch):
+    """Inside `sampler_scope` every `generate` on the scope's params version uses its one copy (a
+    nested scope too); another version, or a call outside any scope, makes a copy of its own."""
     import seed_jax.sampling as sampling
 
     model = load_model(tiny_model_dirs["qwen2"][1])
     made = []
     real = sampling._make_sampler_params
     monkeypatch.setattr(sampling, "_make_sampler_params", lambda *a: made.append(1) or real(*a))
-    sampling._SamplerCopy.entry = None
     for backend in ("unrolled", "scan"):
         made.clear()
         spec = SamplerSpec(backend=backend)
-        a = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec)
-        b = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec)
-        assert len(made) == 1 and a.token_ids == b.token_ids
-        new = jax.tree.map(lambda x: x + 0, model.params)  # a new version (same values)
-        c = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec, params=new)
-        assert len(made) == 2 and c.token_ids == a.token_ids
+        with sampling.sampler_scope(model.params, model.config, spec):
+            a = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec)
+            with sampling.sampler_scope(model.params, model.config, spec):  # nested: the same copy
+                b = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec)
+            assert len(made) == 1 and a.token_ids == b.token_ids
+            new = jax.tree.map(lambda x: x + 0, model.params)  # a new version (same values)
+            c = generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec, params=new)
+            assert len(made) == 2 and c.token_ids == a.token_ids
+        generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec)
+        generate(model, smol_tokenizer, PROMPTS, max_new_tokens=4, temperature=0.0, sampler=spec)
+        assert len(made) == 4  # outside a scope: one copy per call
+    assert not sampling._SCOPES
 
 
-def test_released_sampler_copy_lets_a_step_donate_the_params(tiny_model_dirs, smol_tokenizer):
+def test_closed_sampler_scope_lets_a_step_donate_the_params(tiny_model_dirs, smol_tokenizer):
     """On CPU the unrolled sampler's copy is views of the policy's buffers; while it lives a
-    donating step cannot reuse them (XLA copies instead, silently); `release_sampler` drops it."""
+    donating step cannot reuse them (XLA copies instead, silently); leaving the scope drops it."""
     import seed_jax.sampling as sampling
 
     model = load_model(tiny_model_dirs["qwen2"][1])
     donate = jax.jit(lambda p: jax.tree.map(lambda x: x * 1.0, p), donate_argnums=0)
+    spec = SamplerSpec(backend="unrolled")
 
-    def donated_share(release: bool) -> float:
+    def donated_share(inside: bool) -> float:
         params = jax.tree.map(lambda x: x + 0, model.params)  # a fresh version to donate
-        generate(model, smol_tokenizer, PROMPTS[:1], max_new_tokens=2, temperature=0.0,
-                 sampler=SamplerSpec(backend="unrolled"), params=params)
-        if release:
-            sampling.release_sampler()
         leaves = jax.tree.leaves(params)
-        jax.block_until_ready(donate(params))
+        with sampling.sampler_scope(params, model.config, spec):
+            generate(model, smol_tokenizer, PROMPTS[:1], max_new_tokens=2, temperature=0.0, sampler=spec,
+                     params=params)
+            if inside:
+                jax.block_until_ready(donate(params))
+        if not inside:
+            jax.block_until_ready(donate(params))
         return sum(a.is_deleted() for a in leaves) / len(leaves)
 
-    assert donated_share(release=False) < 1.0  # the layer views pin their buffers
-    assert donated_share(release=True) == 1.0
-    assert sampling._SamplerCopy.entry is None
+    assert donated_share(inside=True) < 1.0  # the layer views pin their buffers
+    assert donated_share(inside=False) == 1.0
+    assert not sampling._SCOPES

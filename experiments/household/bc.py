@@ -83,6 +83,7 @@ from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.runtime import load_policy, rollout_settings, save_policy
 from seed_jax.pipeline.stage1 import rollout_summary
 from seed_jax.rollout.loop import make_prompt_encoder, run_rollouts
+from seed_jax.rollout.policy import Policy
 from seed_jax.rollout.pool import open_env_pool
 from seed_jax.skills import build_analyzer_prompt, insert_skill
 from seed_jax.train.batch import SftBatch, pack_rows
@@ -153,8 +154,8 @@ def initial_policy(config, bc: BCConfig):
         return tok, cfg, init_params(cfg, jax.random.PRNGKey(bc.seed))
     c = copy.deepcopy(config)
     c.model.path = None if bc.init == "embedded" else bc.init
-    model, tok = load_policy(c)
-    return tok, model.config, model.params
+    policy = load_policy(c)
+    return policy.tokenizer, policy.config, policy.params
 
 
 def build_tokenizer():
@@ -436,7 +437,7 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
                   "copy_loss_last": float(np.mean(copy_losses[-10:])) if copy_losses else None,
                   "train_steps": len(losses), "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:])),
                   "train_s": round(time.time() - t_train, 1)}
-        save_policy(Model(cfg, params, "stage0-bc"), tok, phase_b)
+        save_policy(Policy.of(Model(cfg, params, "stage0-bc"), tok), phase_b)
         info_b.write_text(json.dumps(done_b, indent=1))
     t_mt = time.time()
     ana_demos = analyzer_demos(tasks, bc, bench.spec.max_steps, bench.spec.history_window)
@@ -468,7 +469,7 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
         "random_policy_success": random_policy_success(eval_tasks, bench.spec.max_steps, bench.spec.history_window),
         "train_s": round(train_s, 1), "eval_s": round(time.time() - t_eval, 1), "wall_s": round(time.time() - t0, 1),
     }
-    save_policy(model, tok, out_dir)
+    save_policy(Policy.of(model, tok), out_dir)
     marker.write_text(json.dumps(summary, indent=1))
     log.info("stage 0: %s", summary)
     return summary

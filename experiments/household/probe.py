@@ -168,8 +168,8 @@ def probe_checkpoints(config, out, arms: Sequence[str], seeds: Sequence[int]) ->
     tasks = bench.tasks(bench.train_split)[:int(config.study.probe_tasks)]
     res = {}
     for name, path in probe_points(out, arms, seeds).items():
-        model, tok = load_policy(config, path)
-        res[name] = teacher_probe(model, tok, tasks, max_steps=int(config.env.max_steps),
+        policy = load_policy(config, path)
+        res[name] = teacher_probe(policy.model, policy.tokenizer, tasks, max_steps=int(config.env.max_steps),
                                   history_window=int(config.env.history_window),
                                   beta=float(config.train.beta_opd), seed=int(config.seed),
                                   micro_batch=int(config.train.micro_batch_size),

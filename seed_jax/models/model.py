@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import importlib.metadata
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -20,6 +21,7 @@ from seed_jax.models.weights import (
     assemble_params,
     export_tensors,
     iter_safetensors,
+    load_safetensors_sharded,
     safetensors_files,
     save_safetensors,
 )
@@ -84,17 +86,22 @@ def resolve_model_path(path) -> Path:
 
 
 def load_model(path=None, dtype: str = "float32", param_dtype: str | None = None,
-               remat: bool = False) -> Model:
+               remat: bool = False, shardings: Callable[[ModelConfig], object] | None = None) -> Model:
     """Load a Hugging Face directory (config.json + safetensors) or a ``.gguf`` file.
 
     ``path=None`` loads the embedded SmolLM2-135M-Instruct. ``dtype`` is the compute dtype;
     ``param_dtype`` (default: same as ``dtype``) the storage dtype of the parameters.
+    ``shardings``: config -> a tree of `jax.sharding.Sharding` like the parameters' (e.g. the
+    mesh's parameter rules): the parameters are loaded straight into that layout, each device
+    given only its slice (safetensors: read slice by slice from the files,
+    `load_safetensors_sharded`); None: whole arrays on the default device.
     """
     path = resolve_model_path(path)
     overrides = dict(dtype=dtype, param_dtype=param_dtype or dtype, remat=remat)
     if path.is_file() and path.suffix == ".gguf":
         cfg, tensors, hf_cfg = read_gguf(path, **overrides)
-        return Model(cfg, assemble_params(cfg, tensors, source=str(path)), str(path),
+        return Model(cfg, assemble_params(cfg, tensors, source=str(path),
+                                          shardings=shardings(cfg) if shardings else None), str(path),
                      generation_config_from_hf(hf_cfg))
     if path.is_file():
         raise ValueError(f"{path}: expected a Hugging Face model directory or a .gguf file")
@@ -106,7 +113,10 @@ def load_model(path=None, dtype: str = "float32", param_dtype: str | None = None
     except ValueError as e:
         raise ValueError(f"{cfg_file}: invalid JSON: {e}") from None
     cfg = ModelConfig.from_hf(hf_cfg, **overrides)
-    params = assemble_params(cfg, iter_safetensors(safetensors_files(path)), source=str(path))
+    if shardings is not None:
+        params = load_safetensors_sharded(cfg, safetensors_files(path), shardings(cfg), source=str(path))
+    else:
+        params = assemble_params(cfg, iter_safetensors(safetensors_files(path)), source=str(path))
     return Model(cfg, params, str(path), read_generation_config(path) or generation_config_from_hf(hf_cfg))
 
 

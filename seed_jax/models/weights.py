@@ -12,7 +12,7 @@ import dataclasses
 import json
 import re
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import jax
@@ -90,66 +90,141 @@ def _flat_paths(tree: dict, prefix=()) -> Iterator[tuple[tuple[str, ...], object
             yield prefix + (k,), v
 
 
-def assemble_params(cfg: ModelConfig, tensors: Iterable[tuple[str, np.ndarray]],
-                    source: str = "checkpoint") -> dict:
-    """Fill the decoder's parameter tree from ``(hf_name, array)`` pairs, one tensor at a time.
+def _place_of(cfg: ModelConfig, shapes: dict, name: str, shape: tuple[int, ...], source: str):
+    """``(param path, layer index or None, transpose)`` of one checkpoint tensor of ``shape`` (its
+    [out, in] layout), None for a tensor to skip; `WeightLoadError` naming the tensor on a shape
+    mismatch or a tensor with no place."""
+    if IGNORED.fullmatch(name):
+        return None
+    hit = match_rule(name)
+    if hit is None:
+        if name == "lm_head.weight" and cfg.tie_word_embeddings:
+            return None
+        raise WeightLoadError(f"{source}: tensor {name!r} has no place in a {cfg.model_type} decoder")
+    rule, path, layer = hit
+    if path == ("lm_head",) and cfg.tie_word_embeddings:
+        return None  # tied checkpoints sometimes also store the head
+    try:
+        target = _get(shapes, path)
+    except KeyError:
+        raise WeightLoadError(
+            f"{source}: tensor {name!r} maps to {'/'.join(path)}, which this config does not have "
+            f"(qkv_bias={cfg.qkv_bias}, qk_norm={cfg.qk_norm})") from None
+    shape = tuple(shape)[::-1] if rule.transpose else tuple(shape)
+    want = target.shape[1:] if rule.layer else target.shape
+    if shape != tuple(want):
+        raise WeightLoadError(
+            f"{source}: shape mismatch for {name!r}: checkpoint has {shape}"
+            f"{' (transposed)' if rule.transpose else ''}, config expects {tuple(want)}")
+    if rule.layer and not 0 <= layer < cfg.num_layers:
+        raise WeightLoadError(f"{source}: tensor {name!r} names layer {layer}, config has {cfg.num_layers}")
+    return path, layer, rule.transpose
 
-    Stacked layer parameters are preallocated once in the parameter dtype and filled slice by
-    slice, so the checkpoint is never held twice in memory. Raises `WeightLoadError` naming the
-    tensor on a shape mismatch, and listing what is missing when the checkpoint is incomplete.
-    """
-    shapes = param_shapes(cfg)
-    np_dtype = np.dtype(resolve_dtype(cfg.param_dtype))
-    out: dict = {}
-    filled: dict[tuple[str, ...], set] = {}
-    for name, array in tensors:
-        if IGNORED.fullmatch(name):
-            continue
-        hit = match_rule(name)
-        if hit is None:
-            if name == "lm_head.weight" and cfg.tie_word_embeddings:
-                continue
-            raise WeightLoadError(f"{source}: tensor {name!r} has no place in a {cfg.model_type} decoder")
-        rule, path, layer = hit
-        if path == ("lm_head",) and cfg.tie_word_embeddings:
-            continue  # tied checkpoints sometimes also store the head
-        try:
-            target = _get(shapes, path)
-        except KeyError:
-            raise WeightLoadError(
-                f"{source}: tensor {name!r} maps to {'/'.join(path)}, which this config does not have "
-                f"(qkv_bias={cfg.qkv_bias}, qk_norm={cfg.qk_norm})") from None
-        array = np.asarray(array)
-        if rule.transpose:
-            array = array.T
-        want = target.shape[1:] if rule.layer else target.shape
-        if tuple(array.shape) != tuple(want):
-            raise WeightLoadError(
-                f"{source}: shape mismatch for {name!r}: checkpoint has {tuple(array.shape)}"
-                f"{' (transposed)' if rule.transpose else ''}, config expects {tuple(want)}")
-        if rule.layer:
-            if not 0 <= layer < cfg.num_layers:
-                raise WeightLoadError(f"{source}: tensor {name!r} names layer {layer}, config has {cfg.num_layers}")
-            try:
-                buf = _get(out, path)
-            except KeyError:
-                buf = np.empty(target.shape, np_dtype)
-                _set(out, path, buf)
-            buf[layer] = array.astype(np_dtype)
-            filled.setdefault(path, set()).add(layer)
-        else:
-            _set(out, path, array.astype(np_dtype))
-            filled[path] = {None}
+
+def _check_complete(cfg: ModelConfig, shapes: dict, filled: dict, source: str) -> None:
+    """`WeightLoadError` listing the parameters (and layers) ``filled`` (path -> layers) lacks."""
     missing = []
     for path, spec in _flat_paths(shapes):
         got = filled.get(path)
         if got is None:
             missing.append("/".join(path))
         elif len(spec.shape) and path[0] == "layers" and len(got) != cfg.num_layers:
-            missing.append(f"{'/'.join(path)} layers {sorted(set(range(cfg.num_layers)) - got)}")
+            missing.append(f"{'/'.join(path)} layers {sorted(set(range(cfg.num_layers)) - set(got))}")
     if missing:
         raise WeightLoadError(f"{source}: missing parameters: {missing[:8]}{' ...' if len(missing) > 8 else ''}")
+
+
+def assemble_params(cfg: ModelConfig, tensors: Iterable[tuple[str, np.ndarray]],
+                    source: str = "checkpoint", shardings=None) -> dict:
+    """Fill the decoder's parameter tree from ``(hf_name, array)`` pairs, one tensor at a time.
+
+    Stacked layer parameters are preallocated once in the parameter dtype and filled slice by
+    slice, so the checkpoint is never held twice in memory. Raises `WeightLoadError` naming the
+    tensor on a shape mismatch, and listing what is missing when the checkpoint is incomplete.
+    ``shardings`` (a tree of `jax.sharding.Sharding` like the parameters'): each leaf is laid
+    out by it, every device given only its own slice (`place_params`); None: whole arrays on
+    the default device.
+    """
+    shapes = param_shapes(cfg)
+    np_dtype = np.dtype(resolve_dtype(cfg.param_dtype))
+    out: dict = {}
+    filled: dict[tuple[str, ...], set] = {}
+    for name, array in tensors:
+        place = _place_of(cfg, shapes, name, np.shape(array), source)
+        if place is None:
+            continue
+        path, layer, transpose = place
+        array = np.asarray(array)
+        if transpose:
+            array = array.T
+        if layer is not None:
+            try:
+                buf = _get(out, path)
+            except KeyError:
+                buf = np.empty(_get(shapes, path).shape, np_dtype)
+                _set(out, path, buf)
+            buf[layer] = array.astype(np_dtype)
+        else:
+            _set(out, path, array.astype(np_dtype))
+        filled.setdefault(path, set()).add(layer)
+    _check_complete(cfg, shapes, filled, source)
+    if shardings is not None:
+        return place_params(out, shardings)
     return jax.tree_util.tree_map(jax.numpy.asarray, out)
+
+
+def place_params(host_tree: dict, shardings) -> dict:
+    """Host (numpy) arrays -> `jax.Array` values laid out by ``shardings`` (a matching tree), each
+    addressable device given only its slice (``jax.make_array_from_callback``): no device holds
+    the whole tree on its way to the mesh."""
+    return jax.tree_util.tree_map(
+        lambda a, s: jax.make_array_from_callback(a.shape, s, lambda idx, a=a: np.ascontiguousarray(a[idx])),
+        host_tree, shardings)
+
+
+def load_safetensors_sharded(cfg: ModelConfig, files: Sequence[Path], shardings, source: str) -> dict:
+    """The parameter tree of safetensors ``files`` laid out by ``shardings``, read lazily: each
+    addressable device's slice is read from the files (``safe_open(...).get_slice``) and cast
+    to the parameter dtype on the host, so a host reads only the slices its devices hold and
+    the float32 master exists only as shards. Checked like `assemble_params`."""
+    handles, where = {}, {}
+    try:
+        for path in files:
+            _check_safetensors(path)
+            handles[path] = safe_open(str(path), framework="numpy")
+            where.update(dict.fromkeys(handles[path].keys(), path))
+        shapes = param_shapes(cfg)
+        index: dict[tuple[str, ...], dict] = {}
+        for name, f in where.items():
+            place = _place_of(cfg, shapes, name, tuple(handles[f].get_slice(name).get_shape()), source)
+            if place is not None:
+                index.setdefault(place[0], {})[place[1]] = (name, place[2])
+        _check_complete(cfg, shapes, index, source)
+        np_dtype = np.dtype(resolve_dtype(cfg.param_dtype))
+
+        def read(name: str, transpose: bool, idx: tuple) -> np.ndarray:
+            piece = handles[where[name]].get_slice(name)[idx[::-1] if transpose else idx]
+            return np.asarray(piece.T if transpose else piece).astype(np_dtype)
+
+        def leaf(path, spec, sharding):
+            names = index[path]
+
+            def slice_of(idx):
+                idx = tuple(idx) + (slice(None),) * (len(spec.shape) - len(idx))
+                if None in names:
+                    return read(*names[None], idx)
+                layers = range(*idx[0].indices(spec.shape[0]))
+                return np.stack([read(*names[i], idx[1:]) for i in layers])
+
+            return jax.make_array_from_callback(spec.shape, sharding, slice_of)
+
+        by_path = dict(_flat_paths(shardings))
+        out: dict = {}
+        for path, spec in _flat_paths(shapes):
+            _set(out, path, leaf(path, spec, by_path[path]))
+        return out
+    finally:
+        handles.clear()
 
 
 def export_tensors(params: dict, cfg: ModelConfig) -> Iterator[tuple[str, np.ndarray]]:

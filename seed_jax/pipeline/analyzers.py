@@ -30,6 +30,7 @@ from seed_jax.pipeline.annotator import OpenAIChat, annotate_many
 from seed_jax.pipeline.heuristic_annotator import heuristic_skill
 from seed_jax.pipeline.skill_bank import SkillBank
 from seed_jax.rollout.analyzer import analyze_trajectories
+from seed_jax.rollout.policy import Policy
 from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.skills import SkillParse, parse_skill, render_analyzer_prompt
 
@@ -62,8 +63,8 @@ class Analysis:
 
 @dataclasses.dataclass(frozen=True)
 class AnalysisContext:
-    """What an analyzer may use. ``policy = (model, tokenizer, params, encode_prompt)`` for
-    ``self`` (sampling with the `seed_jax.sampling.SamplerSpec` ``sampler``); ``bench`` (its
+    """What an analyzer may use. ``policy`` (a `seed_jax.rollout.policy.Policy`, theta_old in RL)
+    for ``self`` (sampling with the `seed_jax.sampling.SamplerSpec` ``sampler``); ``bench`` (its
     ``scripted_answer``) for ``scripted``; ``bank`` and ``tasks``
     (task_id -> task dict) for ``static``; ``seed`` / ``update`` seed ``shuffled``."""
 
@@ -71,7 +72,7 @@ class AnalysisContext:
     max_prompt_tokens: int
     max_new_tokens: int
     batch_size: int = 32
-    policy: tuple | None = None
+    policy: Policy | None = None
     bench: object = None
     bank: SkillBank | None = None
     tasks: Mapping[str, dict] = dataclasses.field(default_factory=dict)
@@ -103,12 +104,13 @@ def analyzable(trajs: Sequence[Trajectory]) -> list[Trajectory]:
 
 def self_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
     if ctx.policy is None:
-        raise ValueError("the 'self' analyzer needs the policy (model, tokenizer, params, encode_prompt)")
-    model, tok, params, encode = ctx.policy
-    parses, prompts, cut = analyze_trajectories(
-        model, tok, analyzable(trajs), params=params, encode_prompt=encode, success_threshold=ctx.success_threshold,
-        max_new_tokens=ctx.max_new_tokens, max_prompt_tokens=ctx.max_prompt_tokens, batch_size=ctx.batch_size,
-        sampler=ctx.sampler)
+        raise ValueError("the 'self' analyzer needs the policy (AnalysisContext.policy)")
+    p = ctx.policy
+    with p.sampling(ctx.sampler):  # every host enters it (a collective when params span hosts)
+        parses, prompts, cut = analyze_trajectories(
+            p.model, p.tokenizer, analyzable(trajs), params=p.params, encode_prompt=p.encode_prompt,
+            success_threshold=ctx.success_threshold, max_new_tokens=ctx.max_new_tokens,
+            max_prompt_tokens=ctx.max_prompt_tokens, batch_size=ctx.batch_size, sampler=ctx.sampler)
     return Analysis.from_parses(parses, prompts, cut)
 
 

@@ -27,7 +27,7 @@ from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings
 from seed_jax.pipeline.skill_bank import SkillBank
 from seed_jax.pipeline.stage1 import rollout_summary
-from seed_jax.rollout.loop import make_prompt_encoder
+from seed_jax.rollout.policy import Policy
 from seed_jax.rollout.trajectory import write_trajectories
 
 
@@ -46,17 +46,22 @@ def summarize(trajs) -> dict:
             "per_type": {k: {"success_rate": float(np.mean(v)), "n": len(v)} for k, v in sorted(per.items())}}
 
 
-def evaluate_params(run: Run, model, tok, params, tag: str, step: int, bank: SkillBank | None = None) -> dict:
+def evaluate_params(run: Run, policy: Policy, tag: str, step: int, bank: SkillBank | None = None,
+                    mesh=None) -> dict:
+    """Rollouts of ``policy`` at ``eval.temperature`` on every evaluation split; every host calls
+    it together (each rolls out its share; host 0 writes the files). ``mesh``: the run's mesh
+    (the phase record's plan)."""
     c = run.config
     settings = rollout_settings(c, run.bench, temperature=c.eval.temperature, group_size=1)
     out = {}
-    with make_pool(c, run.bench) as pool:
+    with make_pool(c, run.bench) as pool, policy.sampling(settings.sampler):
+        if mesh is not None:
+            run.phases("eval", policy.config, mesh, update=step)
         for split in run.bench.eval_splits:
             tasks = run.bench.tasks(split, limit=c.eval.num_tasks or None, seed=c.seed)
             task_skills = [bank.lookup(t) for t in tasks] if (bank is not None and run.switches.prompt_skills) else None
-            trajs = host_rollouts(pool, model, tok, tasks, settings, gather=True, params=params,
-                                  seed=c.seed + 7_000_001, tag=f"eval_{split}/", encode_prompt=make_prompt_encoder(tok),
-                                  task_skills=task_skills)
+            trajs = host_rollouts(pool, policy, tasks, settings, gather=True, seed=c.seed + 7_000_001,
+                                  tag=f"eval_{split}/", task_skills=task_skills)
             res = summarize(trajs)
             out[split] = res
             if jax.process_index() == 0:
@@ -86,11 +91,11 @@ def write_results_md(run: Run) -> None:
     run.path("eval", "results.md").write_text("\n".join(lines) + "\n")
 
 
-def eval_stage(run: Run) -> dict:
+def eval_stage(run: Run, mesh) -> dict:
     c = run.config
     src = c.eval.checkpoint or run.policy_dir()
-    model, tok = load_policy(c, src)
+    policy = load_policy(c, src, mesh=mesh)
     bank = SkillBank.for_run(run.workdir, run.bench) if run.switches.prompt_skills else None
     tag = "final" if not c.eval.checkpoint else "checkpoint"
-    res = evaluate_params(run, model, tok, model.params, tag=tag, step=c.rl.num_updates, bank=bank)
+    res = evaluate_params(run, policy, tag=tag, step=c.rl.num_updates, bank=bank, mesh=mesh)
     return {split: r["overall"] for split, r in res.items()}

@@ -2,7 +2,7 @@
 
 Data-parallel layout: every host runs its own environments and sampler for its contiguous share
 of the tasks (`host_share`; the sampler's compute-dtype copy gathered device to device,
-`seed_jax.sampling.prepare_sampler`, then used on the host's own devices). Stage-1 collection,
+`seed_jax.rollout.policy.Policy.sampling`, then used on the host's own devices). Stage-1 collection,
 annotation and evaluation gather every host's results on every host (`gather_trajectories`,
 `gather_lines`) and host 0 writes them; in RL each host keeps its rows: the log-prob passes run
 over the global mesh with every host taking part, and a host without rows contributes masked
@@ -19,20 +19,13 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from seed_jax.rollout.loop import run_rollouts
+from seed_jax.rollout.policy import Policy
 from seed_jax.rollout.trajectory import Trajectory
-from seed_jax.sampling import local_replica, prepare_sampler
 from seed_jax.train.mesh import host_local_batch_to_global
 
 
 def is_multihost() -> bool:
     return jax.process_count() > 1
-
-
-def host_local_params(params):
-    """Parameters usable by host-local jitted code (the log-prob passes): every host calls it
-    together; `seed_jax.sampling.local_replica` (a device-to-device gather, never through host
-    memory, kept on each host's first device)."""
-    return local_replica(params)
 
 
 def to_global(batch, mesh):
@@ -100,23 +93,20 @@ def gather_trajectories(trajs: Sequence[Trajectory]) -> list[Trajectory]:
     return [Trajectory.from_json(line) for line in gather_lines([t.to_json() for t in trajs])]
 
 
-def host_rollouts(backend, model, tokenizer, tasks: Sequence[dict], settings, *, gather: bool,
+def host_rollouts(backend, policy: Policy, tasks: Sequence[dict], settings, *, gather: bool,
                   task_skills: Sequence[str | None] | None = None, **kwargs) -> list[Trajectory]:
-    """`seed_jax.rollout.loop.run_rollouts` of this host's share of ``tasks`` (`host_share`),
-    its episodes numbered as in one run of all tasks (slots, groups and so the sampling streams
-    and env seeds), so that any host count samples the same episodes; ``gather``: every host
-    returns all hosts' trajectories in task order, else only its own. Every host calls it
-    together: the sampler's copy of the parameters is made first on every host
-    (`seed_jax.sampling.prepare_sampler`, a collective when they are sharded over hosts), also
-    on a host whose share is empty."""
-    params = kwargs.get("params")
-    if params is None and model is not None:
-        params = model.params
-    if params is not None:
-        prepare_sampler(params, model.config, settings.sampler)
+    """`seed_jax.rollout.loop.run_rollouts` of ``policy`` on this host's share of ``tasks``
+    (`host_share`), its episodes numbered as in one run of all tasks (slots, groups and so the
+    sampling streams and env seeds), so that any host count samples the same episodes;
+    ``gather``: every host returns all hosts' trajectories in task order, else only its own.
+    Every host calls it together: it samples inside ``policy.sampling`` (the sampler's copy,
+    a collective when the parameters are sharded over hosts; an enclosing block's copy is
+    reused), also on a host whose share is empty."""
     share = host_share(len(tasks))
     group = kwargs.get("group_size") or settings.group_size
-    mine = run_rollouts(backend, model, tokenizer, list(tasks[share]), settings, slot_offset=share.start * group,
-                        group_offset=share.start, task_skills=None if task_skills is None else task_skills[share],
-                        **kwargs)
+    with policy.sampling(settings.sampler):
+        mine = run_rollouts(backend, policy.model, policy.tokenizer, list(tasks[share]), settings,
+                            params=policy.params, encode_prompt=policy.encode_prompt,
+                            slot_offset=share.start * group, group_offset=share.start,
+                            task_skills=None if task_skills is None else task_skills[share], **kwargs)
     return gather_trajectories(mine) if gather else mine

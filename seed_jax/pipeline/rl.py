@@ -38,7 +38,7 @@ from seed_jax.metrics import (
 )
 from seed_jax.pipeline.analyzers import AnalysisContext, rl_analyzer
 from seed_jax.pipeline.evaluate import evaluate_params
-from seed_jax.pipeline.multihost import host_local_params, host_rollouts
+from seed_jax.pipeline.multihost import host_rollouts
 from seed_jax.pipeline.ppo import ppo_epochs
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import (
@@ -55,9 +55,7 @@ from seed_jax.pipeline.stage1 import rollout_summary
 from seed_jax.pipeline.update_batch import StepGate, build_update_batch
 from seed_jax.procmem import release_free_memory
 from seed_jax.rollout.batch import BatchSettings
-from seed_jax.rollout.loop import make_prompt_encoder
 from seed_jax.rollout.trajectory import Trajectory
-from seed_jax.sampling import release_sampler
 from seed_jax.skills import SkillParse
 from seed_jax.train.checkpoint import Checkpointer
 from seed_jax.train.logprobs import scoring_params
@@ -204,25 +202,27 @@ class TranscriptWriter:
 
 
 def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
+    """The RL stage: the loop of its phases (module docstring), each with what `Residency` says
+    lives on the devices: rollouts and self-analysis inside one scoped sampler copy of
+    theta_old (released before the log-prob passes), the KL reference resident or read back for
+    the passes alone, then the PPO steps on the sharded train state."""
     c = run.config
     if not run.switches.train or c.rl.num_updates == 0:
         return {"skipped": f"method {c.method} trains no policy" if not run.switches.train else "num_updates = 0"}
-    model, tok = load_policy(c, rl_start_dir(run))
-    cfg = model.config
+    residency = run.phases.residency
+    policy = load_policy(c, rl_start_dir(run), mesh=mesh)
+    cfg = policy.config
     tc = train_config(c)
-    pass_mesh = mesh  # the log-prob passes run over the training mesh (on several hosts together)
 
     def reference():
         """The frozen KL reference (the RL start) in the compute dtype, sharded like the policy;
-        None without a KL term. Once the loaded params are dropped, read again from disk."""
-        if tc.c_kl <= 0:
+        None without a KL term; read again from disk when it is not resident."""
+        if residency.reference == "none":
             return None
-        params = model.params if model.params is not None else load_policy(c, rl_start_dir(run))[0].params
-        return scoring_params(params, cfg, pass_mesh)
+        start = policy.params if policy.params is not None else load_policy(c, rl_start_dir(run), mesh=mesh).params
+        return scoring_params(start, cfg, mesh)
 
-    lean = c.low_memory
-    ref_params = None if lean else reference()
-    encode = make_prompt_encoder(tok)
+    ref_params = reference() if residency.reference == "resident" else None
     settings = rollout_settings(c, run.bench)
     train_tasks = {t["task_id"]: t for t in run.bench.tasks(run.bench.train_split)}
     bank = None
@@ -241,11 +241,11 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     if micro % batch_divisor(mesh):
         raise ValueError(f"config.train.micro_batch_size ({micro}) must be a multiple of the data x fsdp mesh "
                          f"size ({batch_divisor(mesh)})")
-    state = create_sharded_state(model.params, tc, mesh, rng=c.seed)
+    state = create_sharded_state(policy.params, tc, mesh, rng=c.seed)
     # the state holds its own copy and ref_params what the KL needs (often these very buffers)
-    model = dataclasses.replace(model, params=None)
+    policy = policy.with_params(None)
     ckpt = Checkpointer(run.workdir / "rl" / "ckpt", max_to_keep=c.rl.keep_checkpoints,
-                        save_concurrent_gb=1 if lean else None)
+                        save_concurrent_gb=1 if residency.lean else None)
     start = 0
     restored = ckpt.restore_latest(state)
     if restored is not None:
@@ -271,35 +271,38 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
         for u in range(start, c.rl.num_updates):
             timer = Timer()
             tasks = update_tasks(run, u)
-            old = state.params  # theta_old for the log-prob passes (sharded as the state holds it)
-            with timer("rollout"):
-                # every host first makes the sampler's copy of theta_old (rollouts and skills), once
-                trajs = host_rollouts(pool, model, tok, tasks, settings, gather=False, params=state.params,
-                                      seed=c.seed * 1_000_003 + u * 1000, tag=f"u{u}/", encode_prompt=encode,
-                                      task_skills=[bank.lookup(t) for t in tasks] if run.switches.prompt_skills
-                                      else None)
-            with timer("analysis"):
-                analysis = None
-                if analyzer is not None:
-                    analysis = analyzer(trajs, dataclasses.replace(ctx, policy=(model, tok, state.params, encode),
-                                                                   update=u))
-                skills = analysis.skills if analysis is not None else {}
-            release_sampler()  # sampling is over for this update: its copy is free for the train step
-            release_free_memory()
+            old = policy.with_params(state.params, version=u)  # theta_old, sharded as the state holds it
+            with old.sampling(settings.sampler):  # one sampler copy for the rollouts and the skills
+                with timer("rollout"):
+                    run.phases("rl_rollout", cfg, mesh, update=u)
+                    trajs = host_rollouts(pool, old, tasks, settings, gather=False, seed=c.seed * 1_000_003 + u * 1000,
+                                          tag=f"u{u}/", task_skills=[bank.lookup(t) for t in tasks]
+                                          if run.switches.prompt_skills else None)
+                with timer("analysis"):
+                    analysis = None
+                    if analyzer is not None:
+                        run.phases("rl_analysis", cfg, mesh, update=u)
+                        analysis = analyzer(trajs, dataclasses.replace(ctx, policy=old, update=u))
+                    skills = analysis.skills if analysis is not None else {}
+            release_free_memory()  # the sampler copy is gone: its memory is free for the passes and the step
             with timer("batch"):
+                ref = ref_params if residency.reference != "reread" else reference()
+                run.phases("rl_logprobs", cfg, mesh, update=u)
                 ub = build_update_batch(
-                    trajs, skills, batch_settings, encode_prompt=encode, pad_id=tok.pad_token_id or 0,
-                    model_cfg=cfg, train_cfg=tc, old_params=old,
-                    ref_params=reference() if lean else ref_params,
+                    trajs, skills, batch_settings, encode_prompt=old.encode_prompt, pad_id=old.pad_id,
+                    model_cfg=cfg, train_cfg=tc, old_params=old.params, ref_params=ref,
                     with_teacher=run.switches.skill_source != "none", audit_gates=c.rl.audit_gates,
-                    micro_batch_size=micro, mesh=pass_mesh, allow_empty=jax.process_count() > 1)
+                    micro_batch_size=micro, mesh=mesh, allow_empty=jax.process_count() > 1)
+                del ref
             release_free_memory()  # the scoring passes' buffers (and a reference read for them)
             with timer("train"):
+                run.phases("rl_train", cfg, mesh, update=u)
                 state = at_schedule_pos(state, u)  # the learning-rate schedule counts updates
+                del old  # theta_old's buffers are the state's: the donating step reuses them
                 state, metrics = ppo_epochs(state, ub.batch, train_step, mini_batch_size=c.rl.mini_batch_size,
                                             micro_batch_size=micro, epochs=c.rl.epochs, seed=c.seed, update=u,
                                             mesh=mesh, hosts=jax.process_count(),
-                                            before_first_step=compile_apart if lean else None)
+                                            before_first_step=compile_apart if residency.lean else None)
                 jax.block_until_ready(state.params)
             out = update_metrics(trajs, analysis, metrics, timer)
             if ub.teacher_cut_share is not None:
@@ -309,23 +312,23 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
             for callback in callbacks:
                 callback(record)
             if (u + 1) % c.rl.checkpoint_every == 0 or u + 1 == c.rl.num_updates:
-                if lean:
+                if residency.lean:
                     release_free_memory()  # the save copies the state: onto a trimmed heap
                 ckpt.save(u, state, {"update": u})
-                if lean:
+                if residency.lean:
                     ckpt.wait()  # the write's host copy of the state is gone before the next rollouts
                     release_free_memory()
             if c.rl.eval_every and (u + 1) % c.rl.eval_every == 0 and u + 1 < c.rl.num_updates:
-                evaluate_params(run, model, tok, state.params, tag=f"rl_{u + 1:06d}", step=u + 1, bank=bank)
+                evaluate_params(run, policy.with_params(state.params, version=u + 1), tag=f"rl_{u + 1:06d}",
+                                step=u + 1, bank=bank)
             bar.update(1, success=f"{out['rollout/success_rate']:.2f}", loss=f"{metrics.get('loss', float('nan')):.3f}")
             log.info("%s", update_log_line(record, c.rl.num_updates, bar.eta_seconds()))
             first = first or out
             last = out
     bar.close()
     ckpt.close()
-    final = dataclasses.replace(model, params=jax.device_get(host_local_params(state.params)), source="rl")
-    if jax.process_index() == 0:
-        save_policy(final, tok, run.workdir / "rl" / "final_model")
+    save_policy(policy.with_params(state.params, version=c.rl.num_updates, source="rl"),
+                run.workdir / "rl" / "final_model")
     # the last update's row, and the rollout figures of this launch's first update (``first/``)
     return {**{k: float(v) for k, v in last.items()},
             **{f"first/{k}": float(v) for k, v in first.items() if k.startswith("rollout/")}}

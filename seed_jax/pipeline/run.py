@@ -29,6 +29,7 @@ import jax
 from seed_jax.metrics import MetricsWriter, SkillLog, WandbSettings
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.methods import switches
+from seed_jax.pipeline.residency import RESIDENCY_FILE, PhaseRecorder
 from seed_jax.pipeline.validate import STAGES, ConfigValueError
 
 log = logging.getLogger("seed_jax")
@@ -44,6 +45,7 @@ class Run:
         main = jax.process_index() == 0
         self.metrics = MetricsWriter(self.workdir, enabled=main, wandb=wandb_settings(config))
         self.skill_log = SkillLog(self.workdir, enabled=main)
+        self.phases = PhaseRecorder(config, self.workdir / RESIDENCY_FILE)  # residency.jsonl
         cfg_file = self.workdir / "config.json"
         if main and not cfg_file.exists():
             cfg_file.write_text(json.dumps(config.to_dict(), indent=1, default=str))

@@ -13,10 +13,12 @@ from seed_jax.models import Model, ModelConfig, load_model, load_tokenizer, save
 from seed_jax.models.decoder import init_params
 from seed_jax.pipeline.methods import switches
 from seed_jax.rollout.loop import RolloutSettings
+from seed_jax.rollout.policy import Policy
 from seed_jax.rollout.pool import open_env_pool
-from seed_jax.sampling import SamplerSpec, SamplingParams
+from seed_jax.sampling import SamplerSpec, SamplingParams, local_replica
 from seed_jax.train import xla_setup
 from seed_jax.train.config import ConfigError, TrainConfig
+from seed_jax.train.logprobs import param_shardings
 
 # set by train_config below (the run's train.warmup_updates gives warmup_steps)
 _DERIVED = frozenset({"warmup_steps", "total_steps", "schedule_unit", "remat", "compute_dtype", "param_dtype",
@@ -79,18 +81,28 @@ def _model_fields(config) -> dict:
     return dict(remat=m.remat, compute_dtype=m.dtype, param_dtype=m.param_dtype)
 
 
-def load_policy(config, path: str | Path | None = None) -> tuple[Model, object]:
-    """(model, tokenizer): from ``path`` (a stage's saved model) or the config's base model."""
+def load_policy(config, path: str | Path | None = None, mesh=None) -> Policy:
+    """The `Policy` of ``path`` (a stage's saved model) or of the config's base model.
+
+    With a ``mesh`` the parameters are loaded straight into the mesh's parameter layout
+    (`seed_jax.train.logprobs.param_shardings`): each host reads only the slices its devices
+    hold and no device holds more than its share (`seed_jax.models.load_model`); a random
+    model is initialised sharded. Without one: whole arrays on the default device.
+    """
     m = config.model
-    if path is not None:
-        return _with_attention(load_model(path, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat),
-                               m), load_tokenizer(path)
-    if m.random_init:
+
+    def shardings(cfg: ModelConfig):
+        return param_shardings(cfg, mesh) if mesh is not None else None
+
+    if path is None and m.random_init:
         tok = load_tokenizer(m.tokenizer)
         cfg = random_model_config(config, tok)
-        return Model(cfg, init_params(cfg, jax.random.PRNGKey(config.seed)), "random"), tok
-    model = load_model(m.path, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
-    return _with_attention(model, m), load_tokenizer(m.tokenizer or m.path)
+        init = jax.jit(lambda k: init_params(cfg, k), out_shardings=shardings(cfg))
+        return Policy.of(Model(cfg, init(jax.random.PRNGKey(config.seed)), "random"), tok)
+    src = m.path if path is None else path
+    model = load_model(src, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
+                       shardings=shardings if mesh is not None else None)
+    return Policy.of(_with_attention(model, m), load_tokenizer(path if path is not None else (m.tokenizer or m.path)))
 
 
 def _with_attention(model: Model, m) -> Model:
@@ -110,15 +122,20 @@ def random_model_config(config, tokenizer) -> ModelConfig:
                        dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
 
 
-def save_policy(model: Model, tokenizer, out_dir: Path, dtype: str | None = None) -> Path:
-    """A complete HF directory (weights in ``dtype``, default the model's own; config.json,
-    generation_config.json, tokenizer; `save_model`, `save_tokenizer`) written atomically."""
+def save_policy(policy: Policy, out_dir: Path, dtype: str | None = None) -> Path:
+    """A complete HF directory of ``policy`` (weights in ``dtype``, default the model's own;
+    config.json, generation_config.json, tokenizer; `save_model`, `save_tokenizer`) written
+    atomically. Parameters sharded over several hosts are gathered first (every host calls
+    this together; host 0 alone writes)."""
+    params = jax.device_get(local_replica(policy.params))
+    if jax.process_index() != 0:
+        return Path(out_dir)
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    save_model(model, tmp, dtype)
-    save_tokenizer(tokenizer, tmp)
+    save_model(policy.with_params(params).model, tmp, dtype)
+    save_tokenizer(policy.tokenizer, tmp)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
@@ -132,14 +149,19 @@ def rollout_settings(config, bench, **overrides) -> RolloutSettings:
     sampling = SamplingParams(max_new_tokens=r.max_response_tokens,
                               temperature=overrides.pop("temperature", r.temperature),
                               top_p=r.top_p, top_k=r.top_k, chunk=r.chunk)
-    sampler = SamplerSpec(backend=config.sampler.backend, tensor_parallel=config.sampler.tensor_parallel,
-                          prefill_scratch_bytes=config.sampler.prefill_scratch_mb << 20)
+    sampler = sampler_spec(config)
     kw = dict(group_size=r.group_size, max_steps=min(r.max_steps, bench.spec.max_steps),
               max_prompt_tokens=r.max_prompt_tokens, sampling=sampling, sampler=sampler, wave_rows=max(r.wave_rows, 0),
               invalid_penalty=bench.spec.invalid_penalty, success_threshold=bench.spec.success_threshold,
               stop_strings=bench.stop_strings)
     kw.update(overrides)
     return RolloutSettings(**kw)
+
+
+def sampler_spec(config) -> SamplerSpec:
+    """The run's `SamplerSpec` (``config.sampler``): backend, tensor parallelism, prefill scratch."""
+    return SamplerSpec(backend=config.sampler.backend, tensor_parallel=config.sampler.tensor_parallel,
+                       prefill_scratch_bytes=config.sampler.prefill_scratch_mb << 20)
 
 
 def compilation_cache_on() -> bool:
@@ -163,4 +185,4 @@ def make_pool(config, bench):
 
 
 __all__ = ["setup_xla", "compilation_cache_on", "drop_compiled", "train_config", "sft_train_config", "sft_rows", "load_policy", "random_model_config", "save_policy",
-           "rollout_settings", "make_pool"]
+           "rollout_settings", "sampler_spec", "make_pool"]

@@ -10,14 +10,21 @@ import random
 import jax
 import numpy as np
 
-from seed_jax.buckets import round_up
+from seed_jax.buckets import round_to_multiple, round_up
 from seed_jax.metrics import StageProgress
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
 from seed_jax.pipeline.methods import needs_skill_bank
-from seed_jax.pipeline.multihost import gather_lines, host_local_params, host_rollouts, host_share, to_global
+from seed_jax.pipeline.multihost import gather_lines, host_rollouts, host_share, to_global
 from seed_jax.pipeline.run import Run
-from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings, save_policy, sft_rows, sft_train_config
-from seed_jax.rollout.loop import make_prompt_encoder
+from seed_jax.pipeline.runtime import (
+    load_policy,
+    make_pool,
+    rollout_settings,
+    sampler_spec,
+    save_policy,
+    sft_rows,
+    sft_train_config,
+)
 from seed_jax.rollout.trajectory import read_trajectories, write_trajectories
 from seed_jax.skills import SkillRecord, read_skill_records, write_skill_records
 from seed_jax.train.batch import SftBatch
@@ -44,16 +51,17 @@ def rollout_summary(trajs) -> dict:
     }
 
 
-def collect(run: Run) -> dict:
+def collect(run: Run, mesh) -> dict:
+    """Base-policy rollouts on ``stage1.num_tasks`` training tasks (the weights loaded sharded over ``mesh``)."""
     c = run.config
     if not needs_skill_bank(c):
         return {"skipped": f"method {c.method} needs no stage-1 data"}
-    model, tok = load_policy(c)
+    policy = load_policy(c, mesh=mesh)
     tasks = run.bench.tasks(run.bench.train_split, limit=c.stage1.num_tasks, seed=c.seed)
     settings = rollout_settings(c, run.bench, temperature=c.stage1.temperature, group_size=c.stage1.group_size)
-    with make_pool(c, run.bench) as pool:
-        trajs = host_rollouts(pool, model, tok, tasks, settings, gather=True, seed=c.seed, tag="s1/",
-                              encode_prompt=make_prompt_encoder(tok))
+    with make_pool(c, run.bench) as pool, policy.sampling(settings.sampler):
+        run.phases("collect", policy.config, mesh)
+        trajs = host_rollouts(pool, policy, tasks, settings, gather=True, seed=c.seed, tag="s1/")
     if jax.process_index() == 0:
         write_trajectories(run.path("stage1", "trajectories.jsonl"), trajs)
     summary = rollout_summary(trajs)
@@ -61,7 +69,7 @@ def collect(run: Run) -> dict:
     return summary
 
 
-def annotate_stage(run: Run) -> dict:
+def annotate_stage(run: Run, mesh) -> dict:
     """Skill records of the collected trajectories; on several hosts each analyses its contiguous
     share (`host_share`) and host 0 writes every host's records, in trajectory order."""
     c = run.config
@@ -71,19 +79,21 @@ def annotate_stage(run: Run) -> dict:
     trajs = every[host_share(len(every))]
     log_name = "annotations.jsonl" if jax.process_count() == 1 else f"annotations.host{jax.process_index()}.jsonl"
     thr = run.bench.spec.success_threshold
-    policy = None
-    if c.stage1.analyzer == "self":
-        model, tok = load_policy(c)
-        policy = (model, tok, None, make_prompt_encoder(tok))
+    policy = load_policy(c, mesh=mesh) if c.stage1.analyzer == "self" else None
     ctx = AnalysisContext(success_threshold=thr, max_prompt_tokens=c.analysis.max_prompt_tokens,
                           max_new_tokens=c.stage1.max_answer_tokens, batch_size=c.analysis.batch_size, policy=policy,
-                          bench=run.bench, seed=c.seed,
+                          bench=run.bench, seed=c.seed, sampler=sampler_spec(c),
                           openai={"base_url": c.stage1.openai_base_url, "model": c.stage1.openai_model,
                                   "api_key_env": c.stage1.openai_api_key_env, "max_repairs": c.stage1.max_repairs,
                                   "max_concurrency": c.stage1.openai_max_concurrency,
                                   "reasoning": c.stage1.openai_reasoning,
                                   "log_path": run.path("stage1", log_name)})
-    analysis = get_analyzer(c.stage1.analyzer)(trajs, ctx)
+    if policy is not None:
+        with policy.sampling(ctx.sampler):
+            run.phases("annotate", policy.config, mesh)
+            analysis = get_analyzer(c.stage1.analyzer)(trajs, ctx)
+    else:
+        analysis = get_analyzer(c.stage1.analyzer)(trajs, ctx)
     parses, prompts = analysis.parses, analysis.prompts
     records = [SkillRecord.from_parse(t, prompts[t.traj_id], parses[t.traj_id], thr)
                for t in trajs if parses.get(t.traj_id) is not None and parses[t.traj_id].ok]
@@ -127,14 +137,19 @@ def sft_batches(records, encode_prompt, tokenizer, max_prompt_tokens: int, max_a
         yield SftBatch.pack([ex[i][0] for i in idx] + fill, [ex[i][1] for i in idx] + fill, P, R, pad)
 
 
-def heldout_nll(params, model_cfg, records, encode_prompt, tokenizer, c) -> float | None:
-    """Token-mean NLL of the held-out answers: ``-sum(m * logp) / sum(m)``."""
+def heldout_nll(params, model_cfg, records, encode_prompt, tokenizer, c, mesh=None) -> float | None:
+    """Token-mean NLL of the held-out answers: ``-sum(m * logp) / sum(m)``; with a ``mesh`` the
+    passes run over it, the parameters sharded (`compute_logprobs`; every host calls it together
+    with the same records)."""
     total, count = 0.0, 0.0
+    micro = c.stage1.sft_micro_batch_size
+    if mesh is not None:
+        micro = round_to_multiple(micro, batch_divisor(mesh) * jax.process_count())
     for b in sft_batches(records, encode_prompt, tokenizer, c.analysis.max_prompt_tokens, c.stage1.max_answer_tokens,
                          c.stage1.sft_batch_size, 0, 0):
         R = b.loss_mask.shape[1]
         lp = compute_logprobs(params, model_cfg, b.input_ids, b.attention_mask, b.input_ids.shape[1] - R, R,
-                              micro_batch=c.stage1.sft_micro_batch_size)
+                              micro_batch=micro, mesh=mesh)
         total += float(-(lp * b.loss_mask).sum())
         count += float(b.loss_mask.sum())
     return total / count if count else None
@@ -190,11 +205,11 @@ def sft(run: Run, mesh) -> dict:
     c = run.config
     if not run.switches.sft:
         return {"skipped": f"method {c.method} has no stage-1 SFT"}
-    model, tok = load_policy(c)
+    policy = load_policy(c, mesh=mesh)
     records = read_skill_records(run.path("stage1", "sft.jsonl"))
     held = read_skill_records(run.path("stage1", "sft_heldout.jsonl"))
     demos = format_demonstrations(run)
-    encode = make_prompt_encoder(tok)
+    encode, tok = policy.encode_prompt, policy.tokenizer
     summary = {"records": len(records), "format_demonstrations": len(demos)}
     # skill records, then the demonstrations turn by turn (each turn's prompts have similar lengths)
     turns = sorted({d.turn for d in demos})
@@ -206,10 +221,11 @@ def sft(run: Run, mesh) -> dict:
         log.warning("stage-1 SFT: no accepted skill records%s", "" if demos else "; the SFT policy is the base policy")
     if groups:
         tc = sft_train_config(c, batch_divisor(mesh))
-        summary["heldout_nll_before"] = heldout_nll(model.params, model.config, held, encode, tok, c)
-        state = create_sharded_state(model.params, tc, mesh, rng=c.seed)
-        model = dataclasses.replace(model, params=None)  # the state holds its own copy: free the loaded one
-        step = make_sft_step(model.config, tc, mesh)
+        summary["heldout_nll_before"] = heldout_nll(policy.params, policy.config, held, encode, tok, c, mesh)
+        state = create_sharded_state(policy.params, tc, mesh, rng=c.seed)
+        policy = policy.with_params(None)  # the state holds its own copy: free the loaded one
+        run.phases("sft", policy.config, mesh)
+        step = make_sft_step(policy.config, tc, mesh)
         bs = c.stage1.sft_batch_size
         n_batches = sum(-(-len(g) // bs) for g, _, _ in groups)
         bar = StageProgress(n_batches * c.stage1.sft_epochs, "stage-1 SFT", unit="batch")
@@ -224,10 +240,10 @@ def sft(run: Run, mesh) -> dict:
                 bar.update(1, nll=f"{m.get('nll', m['loss']):.3f}")
                 i += 1
         bar.close()
-        model = dataclasses.replace(model, params=host_local_params(state.params), source="sft")
+        policy = policy.with_params(state.params, version=i, source="sft")
+        del state  # the optimizer state is not needed past here; the parameters stay sharded
         summary["final_loss"] = m["loss"]
         summary["steps"] = i
-        summary["heldout_nll_after"] = heldout_nll(model.params, model.config, held, encode, tok, c)
-    if jax.process_index() == 0:
-        save_policy(model, tok, run.workdir / "sft" / "model")
+        summary["heldout_nll_after"] = heldout_nll(policy.params, policy.config, held, encode, tok, c, mesh)
+    save_policy(policy, run.workdir / "sft" / "model")
     return summary
