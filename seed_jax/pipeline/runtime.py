@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import jax
@@ -11,6 +10,7 @@ import jax
 from seed_jax.buckets import round_to_multiple
 from seed_jax.models import Model, ModelConfig, load_model, load_tokenizer, save_model, save_tokenizer
 from seed_jax.models.decoder import init_params
+from seed_jax.paths import local_copy, run_path, staged_dir
 from seed_jax.pipeline.methods import switches
 from seed_jax.rollout.loop import RolloutSettings
 from seed_jax.rollout.pool import open_env_pool
@@ -27,7 +27,7 @@ def setup_xla(config, workdir) -> dict:
     """XLA flags for the installed accelerators and the persistent compilation cache
     (``xla.cache_dir``: '' = ``<workdir>/xla_cache``, 'off' = none); before any JAX work."""
     d = config.xla.cache_dir if "xla" in config else ""
-    return xla_setup.configure(None if d == "off" else Path(d or Path(workdir) / "xla_cache"))
+    return xla_setup.configure(None if d == "off" else run_path(d or run_path(workdir) / "xla_cache"))
 
 
 def train_config(config, **overrides) -> TrainConfig:
@@ -83,6 +83,7 @@ def load_policy(config, path: str | Path | None = None) -> tuple[Model, object]:
     """(model, tokenizer): from ``path`` (a stage's saved model) or the config's base model."""
     m = config.model
     if path is not None:
+        path = local_copy(path)  # a gs:// run directory's model, downloaded once
         return _with_attention(load_model(path, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat),
                                m), load_tokenizer(path)
     if m.random_init:
@@ -113,15 +114,10 @@ def random_model_config(config, tokenizer) -> ModelConfig:
 def save_policy(model: Model, tokenizer, out_dir: Path, dtype: str | None = None) -> Path:
     """A complete HF directory (weights in ``dtype``, default the model's own; config.json,
     generation_config.json, tokenizer; `save_model`, `save_tokenizer`) written atomically."""
-    out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    save_model(model, tmp, dtype)
-    save_tokenizer(tokenizer, tmp)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
+    out_dir = run_path(out_dir)
+    with staged_dir(out_dir) as tmp:  # <out_dir>.tmp renamed into place; uploaded whole to a gs:// workdir
+        save_model(model, tmp, dtype)
+        save_tokenizer(tokenizer, tmp)
     return out_dir
 
 
