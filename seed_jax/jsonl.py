@@ -128,7 +128,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     writing it) is skipped with a warning; an invalid line elsewhere raises ``ValueError``
     naming file and line."""
     path = run_path(path)
-    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
     while lines and not lines[-1].strip():
         lines.pop()
     out = []
