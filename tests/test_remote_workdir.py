@@ -151,3 +151,12 @@ def test_local_paths_stay_local(tmp_path, monkeypatch):
     assert _files(tmp_path) == {"runs/m/f"}
     with pytest.raises(ValueError, match="memory://"):
         run_path("memory://x")
+
+
+def test_a_bucket_url_as_model_path_is_refused_naming_the_fix():
+    from seed_jax.pipeline.validate import ConfigValueError, check_inputs
+
+    config = _config(2)
+    config.model.path = "gs://b/models/qwen"
+    with pytest.raises(ConfigValueError, match=r"config.model.path: gs://b/models/qwen is a URL.*STAGE_IN"):
+        check_inputs(config)
