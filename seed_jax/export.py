@@ -28,7 +28,9 @@ from pathlib import Path
 
 import jax
 import ml_collections
+from etils import epath
 
+from seed_jax.paths import run_path
 from seed_jax.pipeline.methods import switches
 from seed_jax.pipeline.runtime import load_policy, save_policy, train_config
 from seed_jax.train.checkpoint import Checkpointer
@@ -42,7 +44,7 @@ class ExportError(ValueError):
     """The run directory, checkpoint or output directory cannot be used (exit code 2)."""
 
 
-def run_config(workdir: Path) -> ml_collections.ConfigDict:
+def run_config(workdir: epath.Path) -> ml_collections.ConfigDict:
     """The resolved config a run directory was launched with (its ``config.json``)."""
     f = workdir / "config.json"
     if not workdir.is_dir():
@@ -69,9 +71,9 @@ def stored_dtype(config) -> str:
     return config.model.param_dtype
 
 
-def export_checkpoint(workdir, out, step: int | None = None, dtype: str = "auto", force: bool = False) -> Path:
+def export_checkpoint(workdir, out, step: int | None = None, dtype: str = "auto", force: bool = False) -> epath.Path:
     """Write checkpoint ``step`` (None: the newest) of run ``workdir`` as a HF directory ``out``."""
-    workdir, out = Path(workdir).absolute(), Path(out).absolute()
+    workdir, out = run_path(workdir), run_path(out)  # either may be a gs:// URL
     if dtype not in DTYPES:
         raise ExportError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     config = run_config(workdir)
@@ -96,7 +98,7 @@ def export_checkpoint(workdir, out, step: int | None = None, dtype: str = "auto"
     return out
 
 
-def _restore(config, workdir: Path, ckpt: Checkpointer, step: int):
+def _restore(config, workdir: epath.Path, ckpt: Checkpointer, step: int):
     """(policy without parameters, train state of checkpoint ``step``)."""
     # the policy the RL stage started from: its config, tokenizer and generation_config
     start = workdir / "sft" / "model" if switches(config).sft else None

@@ -7,6 +7,11 @@
   the other per-update logs. Appends are crash-safe: one write of whole lines, then flush and
   ``os.fsync``; `repair_torn_tail` removes a line torn by a kill before the next append, and
   `read_jsonl` skips one at the end with a warning.
+
+Remote paths (``gs://...``, `seed_jax.paths`): an object store has no append, so `append_jsonl`
+reads the object and uploads it again with the new lines (an object appears whole: nothing is
+ever torn, `repair_torn_tail` has nothing to do). The cost grows with the file (each append
+re-uploads it), small for these logs next to an RL update. Local files behave as above.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import IO, Any, Protocol, TypeVar
+
+from seed_jax.paths import is_remote, run_path
 
 T = TypeVar("T")
 
@@ -25,11 +31,18 @@ class JsonRecord(Protocol):
     def to_json(self) -> str: ...
 
 
+def _open(path: str | os.PathLike, mode: str) -> IO[str]:
+    """A text file (UTF-8) of a local or remote path."""
+    if is_remote(path):
+        return run_path(path).open(mode, encoding="utf-8")
+    return open(path, mode, encoding="utf-8")
+
+
 def write_records(path: str | os.PathLike, records: Iterable[JsonRecord]) -> int:
     """Write one ``record.to_json()`` line per record (UTF-8); returns the number written.
     Overwrites `path`."""
     n = 0
-    with open(path, "w", encoding="utf-8") as f:
+    with _open(path, "w") as f:
         for rec in records:
             f.write(rec.to_json() + "\n")
             n += 1
@@ -40,7 +53,7 @@ def iter_records(path: str | os.PathLike, from_json: Callable[[str], T], what: s
     """``from_json(line)`` for each non-blank line of `path`, in order. A line that
     ``from_json`` rejects (ValueError, TypeError or KeyError) raises ``ValueError`` naming the
     file, the line number and `what` (e.g. 'trajectory')."""
-    with open(path, encoding="utf-8") as f:
+    with _open(path, "r") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -51,10 +64,11 @@ def iter_records(path: str | os.PathLike, from_json: Callable[[str], T], what: s
             yield rec
 
 
-def repair_torn_tail(path: Path) -> None:
+def repair_torn_tail(path: str | os.PathLike) -> None:
     """Make ``path`` end with a newline before appending: a final line without one is completed
-    when it is a whole JSON object, else (torn by a kill mid-write) truncated away with a warning."""
-    if not path.exists():
+    when it is a whole JSON object, else (torn by a kill mid-write) truncated away with a warning.
+    Nothing to do on a remote path (an uploaded object is whole)."""
+    if is_remote(path) or not os.path.exists(path):
         return
     with open(path, "rb+") as f:
         size = f.seek(0, os.SEEK_END)
@@ -90,10 +104,18 @@ def repair_torn_tail(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def append_jsonl(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
-    """Append ``records`` as strict-JSON lines in one write, then flush and fsync."""
+def append_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> None:
+    """Append ``records`` as strict-JSON lines in one write, then flush and fsync; on a remote
+    path, upload the old content plus the new lines as one object."""
     text = "".join(json.dumps(r, allow_nan=False, ensure_ascii=False) + "\n" for r in records)
     if not text:
+        return
+    if is_remote(path):
+        remote = run_path(path)
+        old = remote.read_text(encoding="utf-8") if remote.exists() else ""
+        if old and not old.endswith("\n"):
+            old += "\n"
+        remote.write_text(old + text, encoding="utf-8")
         return
     with open(path, "a", encoding="utf-8") as f:
         f.write(text)
@@ -105,8 +127,8 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """Records of a jsonl file. A torn last line (invalid JSON: the process was killed while
     writing it) is skipped with a warning; an invalid line elsewhere raises ``ValueError``
     naming file and line."""
-    path = Path(path)
-    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    path = run_path(path)
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
     while lines and not lines[-1].strip():
         lines.pop()
     out = []

@@ -45,6 +45,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from seed_jax.paths import run_path
 from seed_jax.pipeline import evaluate, rl, stage1
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.multihost import barrier
@@ -99,7 +100,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         config.stages = stages
     validate(config)
     check_inputs(config, preset)
-    workdir = Path(workdir).absolute()
+    workdir = run_path(workdir)  # a gs:// workdir keeps its scheme
     relaunch = check_relaunch(config, workdir, force)
     stage_list = stage_plan(config, workdir, relaunch.old)
     busy = [p.stage for p in stage_list if p.action != "skip"]

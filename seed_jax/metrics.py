@@ -22,6 +22,11 @@ Appends are crash-safe: each record is one ``write`` of a full line followed by 
 ``os.fsync``; a line torn by a kill is removed when the file is reopened for appending and is
 skipped (with a warning) by the readers.
 
+Remote run directories (``gs://...``, `seed_jax.paths`): the jsonl logs are rewritten whole at
+each append (`seed_jax.jsonl`); TensorBoard event files are kept in memory and uploaded whole at
+each flush (`_RemoteEventFile`); W&B keeps its local files in ``$WANDB_DIR`` (or its default)
+instead of ``<workdir>/wandb``.
+
 Multi-host: construct writers with ``enabled=jax.process_index() == 0`` (disabled writers are
 no-ops). Timing JAX work: block on results (``jax.block_until_ready``) inside the ``Timer``
 section, otherwise asynchronous dispatch moves the time into a later section.
@@ -31,19 +36,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import math
 import os
 import random
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from seed_jax.jsonl import append_jsonl, read_jsonl, repair_torn_tail
+from seed_jax.paths import is_remote, run_path
 
 METRICS_FILE = "metrics.jsonl"
 SKILLS_FILE = "skills.jsonl"
@@ -86,10 +92,10 @@ class WandbSettings:
     name: str = ""
 
 
-def wandb_run_id(workdir: Path) -> str:
+def wandb_run_id(workdir: str | os.PathLike) -> str:
     """The W&B run id of a run directory: read from ``<workdir>/wandb_run_id``, created there on
     first use (16 random hex digits), so every launch on the directory resumes the same W&B run."""
-    f = Path(workdir) / WANDB_ID_FILE
+    f = run_path(workdir) / WANDB_ID_FILE
     if f.exists():
         return f.read_text().strip()
     rid = os.urandom(8).hex()
@@ -112,10 +118,10 @@ class WandbWriter:
             raise ImportError("W&B logging (tracking.wandb) needs the wandb package: pip install wandb") from e
         if settings.mode not in WANDB_MODES:
             raise ValueError(f"wandb mode must be one of {WANDB_MODES}, got {settings.mode!r}")
-        workdir = Path(workdir)
+        workdir = run_path(workdir)
         self.run_id = wandb_run_id(workdir)
         self.run = wandb.init(project=settings.project, entity=settings.entity or None, id=self.run_id,
-                              resume="allow", dir=str(workdir), name=settings.name or workdir.name,
+                              resume="allow", dir=None if is_remote(workdir) else str(workdir), name=settings.name or workdir.name,
                               config=dict(settings.config or {}), mode=settings.mode or None)
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
@@ -141,7 +147,7 @@ class MetricsWriter:
 
     def __init__(self, workdir: str | os.PathLike, tensorboard: bool = True, enabled: bool = True,
                  wandb: WandbSettings | None = None):
-        self.workdir = Path(workdir)
+        self.workdir = run_path(workdir)
         self.enabled = enabled
         self.path = self.workdir / METRICS_FILE
         self._tb = None
@@ -155,10 +161,12 @@ class MetricsWriter:
             self._wandb = WandbWriter(self.workdir, wandb)
         if tensorboard:
             try:  # optional: only runs that write TensorBoard events need it
-                from tensorboardX import SummaryWriter
+                from tensorboardX import SummaryWriter, record_writer
             except ImportError as e:
                 raise ImportError("MetricsWriter(tensorboard=True) needs tensorboardX "
                                   "(pip install tensorboardX) or pass tensorboard=False") from e
+            if is_remote(self.workdir):
+                record_writer.register_writer_factory(str(self.workdir).split("://", 1)[0], _RemoteEventFiles())
             # tensorboardX names files by the second: a unique suffix keeps a quick resume
             # from overwriting the previous event file.
             self._tb = SummaryWriter(logdir=str(self.workdir / TB_DIR),
@@ -210,10 +218,40 @@ class MetricsWriter:
     @staticmethod
     def read(workdir: str | os.PathLike) -> list[dict]:
         """All records of ``<workdir>/metrics.jsonl`` in file order (torn last line skipped)."""
-        path = Path(workdir) / METRICS_FILE
+        path = run_path(workdir) / METRICS_FILE
         if not path.exists():
             raise FileNotFoundError(f"no {METRICS_FILE} in {workdir}")
         return read_jsonl(path)
+
+
+class _RemoteEventFile:
+    """A TensorBoard event file on a remote path (tensorboardX's writer interface): the records
+    kept in memory, the whole file uploaded at each ``flush`` (an object store has no append;
+    tensorboardX's own ``gs://`` writer does the same through google-cloud-storage, not installed
+    here). An RL update flushes once; its records are a few hundred bytes."""
+
+    def __init__(self, path: str):
+        self.path = run_path(path)
+        self.buffer = io.BytesIO()
+
+    def write(self, data: bytes) -> None:
+        self.buffer.write(data)
+
+    def flush(self) -> None:
+        self.path.write_bytes(self.buffer.getvalue())
+
+    def close(self) -> None:
+        self.flush()
+
+
+class _RemoteEventFiles:
+    """tensorboardX writer factory for a URL scheme: `_RemoteEventFile`s, no directory to make."""
+
+    def open(self, path: str) -> _RemoteEventFile:
+        return _RemoteEventFile(path)
+
+    def directory_check(self, path: str) -> None:
+        pass
 
 
 # --------------------------------------------------------------------------- skills audit
@@ -269,7 +307,7 @@ class SkillLog:
     """Appends ``SkillLogEntry``s to ``<workdir>/skills.jsonl`` (one fsync per ``write`` call)."""
 
     def __init__(self, workdir: str | os.PathLike, enabled: bool = True):
-        self.workdir = Path(workdir)
+        self.workdir = run_path(workdir)
         self.path = self.workdir / SKILLS_FILE
         self.enabled = enabled
         if enabled:
@@ -290,7 +328,7 @@ class SkillLog:
     @staticmethod
     def read(workdir: str | os.PathLike) -> list[dict]:
         """All skill records (JSON form) of ``<workdir>/skills.jsonl``; [] if the file is absent."""
-        path = Path(workdir) / SKILLS_FILE
+        path = run_path(workdir) / SKILLS_FILE
         return read_jsonl(path) if path.exists() else []
 
 
@@ -355,7 +393,7 @@ def transcript_json(update: int, traj, skill: str | None = None, gate: GateSumma
 def read_transcripts(workdir: str | os.PathLike) -> list[dict]:
     """The records of ``<workdir>/rl/transcripts.jsonl`` (the last one per ``(update, traj_id)``, in
     update order); [] when the file is absent."""
-    path = Path(workdir) / TRANSCRIPTS_FILE
+    path = run_path(workdir) / TRANSCRIPTS_FILE
     if not path.exists():
         return []
     last = {(r["update"], r["traj_id"]): r for r in read_jsonl(path)}

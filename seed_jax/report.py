@@ -81,6 +81,7 @@ from seed_jax.metrics import (
     read_transcripts,
     transcript_json,
 )
+from seed_jax.paths import run_path
 from seed_jax.rollout.trajectory import read_trajectories
 
 CONTRACT_KEYS: tuple[str, ...] = (
@@ -180,7 +181,7 @@ def _check_metric_dict(d: Any, where: str) -> dict[str, float | None]:
 
 def load_eval(path: str | Path) -> EvalResult:
     """Parse and validate one eval json file (schema in the module docstring)."""
-    path = Path(path)
+    path = run_path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -238,7 +239,8 @@ def new_figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (7.0,
 def save_figure(fig, path: Path, dpi: int = 100) -> Path:
     """Lay out and write ``fig`` as a PNG to ``path``; returns ``path``."""
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi, format="png")
+    with path.open("wb") as f:  # a local or a gs:// path (epath)
+        fig.savefig(f, dpi=dpi, format="png")
     return path
 
 
@@ -533,7 +535,7 @@ def compare_figure(runs: Sequence[dict[str, Series]], labels: Sequence[str], key
 def compare_runs(workdirs: Sequence[str | Path], out_dir: str | Path | None = None,
                  labels: Sequence[str] | None = None) -> Report:
     """Overlay several runs: ``compare.png`` and ``compare.md`` in ``out_dir`` (default `COMPARE_DIR`)."""
-    dirs = [Path(w) for w in workdirs]
+    dirs = [run_path(w) for w in workdirs]
     if labels is not None and len(labels) != len(dirs):
         raise ReportError(f"--labels gives {len(labels)} labels for {len(dirs)} run directories")
     labels = list(labels) if labels is not None else [run_label(d) for d in dirs]
@@ -550,7 +552,7 @@ def compare_runs(workdirs: Sequence[str | Path], out_dir: str | Path | None = No
     keys = [k for k in COMPARE_KEYS if any(k in r for r in runs)]
     if not keys:
         raise ReportError(f"no run has any of {', '.join(COMPARE_KEYS)}")
-    out = Path(out_dir) if out_dir is not None else Path(COMPARE_DIR)
+    out = run_path(out_dir if out_dir is not None else COMPARE_DIR)
     out.mkdir(parents=True, exist_ok=True)
     png = save_figure(compare_figure(runs, labels, keys), out / "compare.png")
     rows = [[f"`{k}`"] + [fmt(r[k].last()[1]) if k in r else "—" for r in runs] for k in keys]
@@ -566,7 +568,7 @@ def compare_runs(workdirs: Sequence[str | Path], out_dir: str | Path | None = No
 def make_report(workdir: str | Path, out_dir: str | Path | None = None, transcripts: int = 3) -> Report:
     """Write plots, ``summary.md`` and ``transcripts.md`` (``transcripts`` per source) for run
     ``workdir``; raises ``ReportError`` if it has no data."""
-    workdir = Path(workdir)
+    workdir = run_path(workdir)
     if not workdir.is_dir():
         raise ReportError(f"workdir {workdir} does not exist or is not a directory")
     try:
@@ -580,7 +582,7 @@ def make_report(workdir: str | Path, out_dir: str | Path | None = None, transcri
         raise ReportError(f"nothing to report in {workdir}: no records in {METRICS_FILE} or "
                           f"{SKILLS_FILE} and no {EVAL_DIR}/*.json")
     series = collect_series(records)
-    out = Path(out_dir) if out_dir is not None else workdir / REPORT_DIR
+    out = run_path(out_dir) if out_dir is not None else workdir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     plots = make_plots(series, skills, evals, out)
     written = write_transcripts(workdir, out, transcripts)

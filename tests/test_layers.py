@@ -44,7 +44,8 @@ LAYERS = {
     "seed_jax.models": 0,
     "seed_jax.losses": 0,
     "seed_jax.buckets": 0,  # static-shape buckets (pure integers), used from models up
-    "seed_jax.jsonl": 0,  # crash-safe jsonl records (standard library only)
+    "seed_jax.jsonl": 0,  # crash-safe jsonl records (standard library and seed_jax.paths)
+    "seed_jax.paths": 0,  # run-directory paths, local or gs:// (standard library and etils.epath)
     "seed_jax.lenient_json": 0,  # the tolerant JSON reader of analyzer answers (standard library only)
     "seed_jax.procmem": 0,  # process memory: peak RSS, malloc arenas (standard library only)
     "seed_jax.train": 1,

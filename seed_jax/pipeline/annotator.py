@@ -32,9 +32,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 from seed_jax.jsonl import append_jsonl, read_jsonl, repair_torn_tail
+from seed_jax.paths import run_path
 from seed_jax.skills import SkillParse, annotate, parse_skill
 
 REASONING_SWITCH = ("auto", "yes", "no")
@@ -115,10 +115,10 @@ def prompt_digest(prompt: str) -> str:
     return hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
 
 
-def read_annotation_log(path: Path, prompts: Mapping[str, str]) -> dict[str, list[str]]:
+def read_annotation_log(path: str | os.PathLike, prompts: Mapping[str, str]) -> dict[str, list[str]]:
     """traj_id -> raw answers of the log entries whose prompt digest matches ``prompts`` (later
     entries win; a torn last line is skipped by `read_jsonl`)."""
-    if not path.exists():
+    if not run_path(path).exists():
         return {}
     done = {}
     for rec in read_jsonl(path):
@@ -143,7 +143,7 @@ def annotate_many(prompts: Mapping[str, str], chat: Callable[[list[dict]], str],
     (progress)."""
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-    log = Path(log_path) if log_path is not None else None
+    log = run_path(log_path) if log_path is not None else None
     done = {}
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,10 @@ Layout of ``workdir``::
     metrics.jsonl, tb/, skills.jsonl, step_gates.jsonl
     wandb_run_id, wandb/        the Weights & Biases run of this directory (tracking.wandb)
     summary.md                  the end-of-run summary in plain words (`seed_jax.pipeline.summary`)
+
+``workdir`` may be local or a bucket (``gs://b/run``): every path here is a `seed_jax.paths.run_path`
+(``etils.epath``), the scheme kept. Host 0 writes the shared files (config.json, markers, logs);
+every host reads them.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from pathlib import Path
 
 import jax
+from etils import epath
 
 from seed_jax.metrics import MetricsWriter, SkillLog, WandbSettings
+from seed_jax.paths import run_path, write_text_atomic
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.methods import switches
 from seed_jax.pipeline.residency import RESIDENCY_FILE, PhaseRecorder
@@ -38,7 +43,7 @@ log = logging.getLogger("seed_jax")
 class Run:
     def __init__(self, config, workdir):
         self.config = config
-        self.workdir = Path(workdir).absolute()
+        self.workdir = run_path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.bench = make_benchmark(config.env)
         self.switches = switches(config)
@@ -48,9 +53,9 @@ class Run:
         self.phases = PhaseRecorder(config, self.workdir / RESIDENCY_FILE)  # residency.jsonl
         cfg_file = self.workdir / "config.json"
         if main and not cfg_file.exists():
-            cfg_file.write_text(json.dumps(config.to_dict(), indent=1, default=str))
+            write_text_atomic(cfg_file, json.dumps(config.to_dict(), indent=1, default=str))
 
-    def path(self, *parts) -> Path:
+    def path(self, *parts) -> epath.Path:
         p = self.workdir.joinpath(*parts)
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
@@ -68,12 +73,9 @@ class Run:
     def mark_done(self, stage: str, summary: dict) -> None:
         if jax.process_index() != 0:
             return
-        f = self.path("stages", f"{stage}.json")
-        tmp = f.with_suffix(".tmp")
-        tmp.write_text(json.dumps(summary, indent=1, default=float))
-        tmp.replace(f)
+        write_text_atomic(self.path("stages", f"{stage}.json"), json.dumps(summary, indent=1, default=float))
 
-    def policy_dir(self) -> Path | None:
+    def policy_dir(self) -> epath.Path | None:
         """The newest trained policy: RL final > SFT > None (the base model)."""
         for p in (self.workdir / "rl" / "final_model", self.workdir / "sft" / "model"):
             if (p / "config.json").exists():
@@ -129,7 +131,7 @@ def flat_config(config) -> dict[str, object]:
 
 def read_config(workdir) -> dict[str, object] | None:
     """The flattened config.json of a run directory (None: none there yet)."""
-    f = Path(workdir) / "config.json"
+    f = run_path(workdir) / "config.json"
     return flat_config(json.loads(f.read_text())) if f.exists() else None
 
 
@@ -137,11 +139,9 @@ def write_config(config, workdir) -> None:
     """config.json of the run directory, written atomically (host 0)."""
     if jax.process_index() != 0:
         return
-    f = Path(workdir) / "config.json"
+    f = run_path(workdir) / "config.json"
     f.parent.mkdir(parents=True, exist_ok=True)
-    tmp = f.with_suffix(".tmp")
-    tmp.write_text(json.dumps(config.to_dict(), indent=1, default=str))
-    tmp.replace(f)
+    write_text_atomic(f, json.dumps(config.to_dict(), indent=1, default=str))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +175,7 @@ def check_relaunch(config, workdir, force: bool = False) -> Relaunch:
     if refused and not force:
         show = "; ".join(f"{k}: {_show(old, k)} -> {_show(new, k)}" for k in refused)
         raise ConfigChangedError(
-            f"{Path(workdir) / 'config.json'} holds another config; these keys change results: {show}. "
+            f"{run_path(workdir) / 'config.json'} holds another config; these keys change results: {show}. "
             "Use a new --workdir, or --force to overwrite config.json and continue with the results already "
             "there")
     return Relaunch(old, changed, bool(refused))
@@ -225,7 +225,7 @@ def stage_plan(config, workdir, old: dict[str, object] | None = None) -> list[St
 
 
 def stage_marker(workdir, stage: str) -> dict | None:
-    f = Path(workdir) / "stages" / f"{stage}.json"
+    f = run_path(workdir) / "stages" / f"{stage}.json"
     return json.loads(f.read_text()) if f.exists() else None
 
 

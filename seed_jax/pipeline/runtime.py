@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import jax
@@ -11,6 +10,7 @@ import jax
 from seed_jax.buckets import round_to_multiple
 from seed_jax.models import Model, ModelConfig, load_model, load_tokenizer, save_model, save_tokenizer
 from seed_jax.models.decoder import init_params
+from seed_jax.paths import local_copy, run_path, staged_dir
 from seed_jax.pipeline.methods import switches
 from seed_jax.rollout.loop import RolloutSettings
 from seed_jax.rollout.policy import Policy
@@ -29,7 +29,7 @@ def setup_xla(config, workdir) -> dict:
     """XLA flags for the installed accelerators and the persistent compilation cache
     (``xla.cache_dir``: '' = ``<workdir>/xla_cache``, 'off' = none); before any JAX work."""
     d = config.xla.cache_dir if "xla" in config else ""
-    return xla_setup.configure(None if d == "off" else Path(d or Path(workdir) / "xla_cache"))
+    return xla_setup.configure(None if d == "off" else run_path(d or run_path(workdir) / "xla_cache"))
 
 
 def train_config(config, **overrides) -> TrainConfig:
@@ -94,6 +94,8 @@ def load_policy(config, path: str | Path | None = None, mesh=None) -> Policy:
     def shardings(cfg: ModelConfig):
         return param_shardings(cfg, mesh) if mesh is not None else None
 
+    if path is not None:
+        path = local_copy(path)  # a gs:// run directory's model, downloaded once
     if path is None and m.random_init:
         tok = load_tokenizer(m.tokenizer)
         cfg = random_model_config(config, tok)
@@ -122,23 +124,19 @@ def random_model_config(config, tokenizer) -> ModelConfig:
                        dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
 
 
-def save_policy(policy: Policy, out_dir: Path, dtype: str | None = None) -> Path:
+def save_policy(policy: Policy, out_dir, dtype: str | None = None):
     """A complete HF directory of ``policy`` (weights in ``dtype``, default the model's own;
     config.json, generation_config.json, tokenizer; `save_model`, `save_tokenizer`) written
-    atomically. Parameters sharded over several hosts are gathered first (every host calls
-    this together; host 0 alone writes)."""
+    atomically (staged, then renamed into place or uploaded whole to a gs:// workdir).
+    Parameters sharded over several hosts are gathered first (every host calls this together;
+    host 0 alone writes)."""
     params = jax.device_get(local_replica(policy.params))
+    out_dir = run_path(out_dir)
     if jax.process_index() != 0:
-        return Path(out_dir)
-    out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    save_model(policy.with_params(params).model, tmp, dtype)
-    save_tokenizer(policy.tokenizer, tmp)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
+        return out_dir
+    with staged_dir(out_dir) as tmp:
+        save_model(policy.with_params(params).model, tmp, dtype)
+        save_tokenizer(policy.tokenizer, tmp)
     return out_dir
 
 

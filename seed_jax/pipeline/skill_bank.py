@@ -7,9 +7,10 @@ Deterministic (file order).
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import Protocol
 
+from seed_jax.paths import run_path
 from seed_jax.skills import parse_skill, read_skill_records
 
 STAGE1_RECORDS = ("stage1", "sft.jsonl")
@@ -26,9 +27,9 @@ class SkillBank:
         self.records = records
 
     @classmethod
-    def from_file(cls, path: Path, task_types: dict[str, str] | None = None) -> SkillBank:
+    def from_file(cls, path: str | os.PathLike, task_types: dict[str, str] | None = None) -> SkillBank:
         recs = []
-        if Path(path).exists():
+        if run_path(path).exists():
             for r in read_skill_records(path):
                 p = parse_skill(r.answer)
                 if p.ok:
@@ -37,12 +38,12 @@ class SkillBank:
         return cls(recs)
 
     @classmethod
-    def for_run(cls, workdir: Path, bench: _Bench) -> SkillBank:
+    def for_run(cls, workdir: str | os.PathLike, bench: _Bench) -> SkillBank:
         """The run's bank: the accepted stage-1 records (``<workdir>/stage1/sft.jsonl``), each with
         the task type of its training task, so that a task of a type the bank has gets a skill of
         that type (the same bank for RL, the in-training and the final evaluation)."""
         types = {str(t["task_id"]): str(t.get("task_type", "")) for t in bench.tasks(bench.train_split)}
-        return cls.from_file(Path(workdir).joinpath(*STAGE1_RECORDS), types)
+        return cls.from_file(run_path(workdir).joinpath(*STAGE1_RECORDS), types)
 
     def lookup(self, task: dict) -> str | None:
         tid = str(task.get("task_id", ""))

@@ -8,8 +8,8 @@ printed at the end of a run and written to ``<workdir>/summary.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
+from seed_jax.paths import run_path
 from seed_jax.procmem import peak_rss_mb
 
 # what each stage does, and where its files are (relative to the run directory)
@@ -84,7 +84,7 @@ def real_run_hint(config) -> str:
 
 def describe_run(config, stages: Mapping[str, Mapping], workdir, preset: str | None = None) -> str:
     """The end-of-run summary (module docstring) as markdown-friendly plain text."""
-    workdir = Path(workdir)
+    workdir = run_path(workdir)
     name = f"configs/{config.env.name}.py" + (f":{preset}" if preset else "")
     lines = [f"Run summary: {name}, method {config.method}, run directory {workdir}", ""]
     total = 0.0

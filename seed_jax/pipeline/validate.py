@@ -8,11 +8,11 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 from seed_jax.losses import ADVANTAGE_ESTIMATORS, PENALTY_MODES
 from seed_jax.metrics import WANDB_MODES
 from seed_jax.models.config import ATTENTION_IMPLS, REMAT_POLICIES
+from seed_jax.paths import is_remote, run_path
 from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
 from seed_jax.pipeline.annotator import REASONING_SWITCH
 from seed_jax.pipeline.environments import missing_data
@@ -154,7 +154,10 @@ def check_inputs(config, preset: str | None = None) -> None:
     named = [(key, _get_or(config, key)) for key in PATH_KEYS]
     named += [(f"env.datasets.{split}", path) for split, path in (_get_or(config, "env.datasets") or {}).items()]
     for key, path in named:
-        if path and not Path(str(path)).expanduser().exists():
+        if path and is_remote(str(path)) and key != "eval.checkpoint":  # a policy dir is downloaded (load_policy)
+            raise ConfigValueError(f"config.{key}: {path} is a URL; inputs are read from local disk: copy it to "
+                                   "every host (launch/host_setup.sh, STAGE_IN) and name the local path")
+        if path and not run_path(str(path)).exists():
             raise ConfigValueError(f"config.{key}: no such file or directory: {path}")
     missing = missing_data(config.env)
     if missing:

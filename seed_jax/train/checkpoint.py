@@ -17,13 +17,13 @@ configuration error, not corruption, so there is no fallback.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from seed_jax.paths import run_path
 from seed_jax.train.mesh import path_string
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class Checkpointer:
     def __init__(self, directory, max_to_keep: int = 3, async_save: bool = True, save_concurrent_gb: int | None = None):
         """``save_concurrent_gb``: bound on the bytes a save has in flight at once (orbax's
         default, 96 GB, when None); a smaller bound writes in several rounds with less memory."""
-        self.directory = Path(directory).absolute()
+        self.directory = run_path(directory)  # local or gs:// (orbax takes epath paths)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True)
         handler = (ocp.StandardCheckpointHandler() if save_concurrent_gb is None

@@ -19,7 +19,8 @@ backend starts). It appends, never overrides, flags the user already set:
   difference: about a third of a 135M model's SFT-step temporaries).
 
 The persistent compilation cache (``jax_compilation_cache_dir``) keeps compiled programs on
-disk, so a relaunch or a later stage with the same shapes skips compilation.
+disk (or in a bucket: a ``gs://`` cache dir, e.g. a bucket workdir's ``xla_cache``, is shared by every host
+of a pod), so a relaunch or a later stage with the same shapes skips compilation.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ import importlib.util
 import logging
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import jax
+
+from seed_jax.paths import run_path
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ def _installed(*modules: str) -> bool:
     return any(importlib.util.find_spec(m) is not None for m in modules)
 
 
-def configure(cache_dir: str | Path | None, *, gpu: bool | None = None, tpu: bool | None = None) -> dict:
+def configure(cache_dir: str | os.PathLike | None, *, gpu: bool | None = None, tpu: bool | None = None) -> dict:
     """Set the flags of the installed accelerator backends and the compilation cache.
 
     ``gpu`` / ``tpu``: force the flags on or off (default: on when the backend is installed).
@@ -86,7 +88,7 @@ def configure(cache_dir: str | Path | None, *, gpu: bool | None = None, tpu: boo
         os.environ["LIBTPU_INIT_ARGS"] = done["LIBTPU_INIT_ARGS"] = merge_flags(
             os.environ.get("LIBTPU_INIT_ARGS", ""), TPU_FLAGS)
     if cache_dir is not None:
-        path = Path(cache_dir).expanduser()
+        path = run_path(cache_dir)  # local, or gs:// (JAX reads and writes its cache through epath)
         path.mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", str(path))
         done["jax_compilation_cache_dir"] = str(path)
