@@ -15,7 +15,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from seed_jax.models import ModelConfig
-from seed_jax.pipeline.residency import PHASES, Residency, _union_bytes, phase_bytes, tree_bytes
+from seed_jax.pipeline.residency import PHASES, Residency, _union_bytes, phase_bytes, phase_peaks, tree_bytes
 from seed_jax.sampling import SamplerSpec
 from seed_jax.train.config import TrainConfig
 
@@ -126,3 +126,14 @@ def test_weights_load_straight_into_the_fsdp_layout(tiny_model_dirs):
         assert res["same"] and len(per) == 8
         assert max(per) <= 1.25 * np.mean(per)
         assert max(per) < 0.3 * res["total"]  # an eighth plus the replicated norms, never the whole tree
+
+
+def test_phase_peaks_add_the_resident_trees_a_program_does_not_take():
+    sizes = dict(weights=1, master=10, opt_state=100, reference=1000, sampler=10000)
+    peaks = phase_peaks(Residency("resident", True, False), sizes,
+                        {"train_step": 5e5, "rollout_prefill": 3e4, "rollout_decode": 4e4, "logprobs": 2e3})
+    assert peaks["rl_train"] == (5e5 + 1000, "train_step")  # + the resident reference
+    assert peaks["rl_rollout"] == (4e4 + 10 + 100 + 1000, "rollout_decode")  # + master, moments, reference
+    assert peaks["collect"] == (4e4 + 1, "rollout_decode") and peaks["eval"] == peaks["collect"]
+    assert peaks["rl_logprobs"] == (2e3 + 100 + 1000, "logprobs")
+    assert peaks["sft"] == (110.0, None)  # no planned program: the resident trees alone

@@ -200,3 +200,43 @@ class PhaseRecorder:
 
     def __call__(self, phase: str, model_cfg: ModelConfig, mesh, update: int | None = None) -> dict:
         return record_phase(self.path, phase, update, self.planned(phase, model_cfg, mesh))
+
+
+# program (or program group: ``rollout`` for rollout_prefill / rollout_decode) -> the phases it runs
+# in and the resident trees that are among its own arguments (counted in its total already)
+PROGRAM_PHASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "train_step": (("rl_train",), ("master", "opt_state")),
+    "sft_step": (("sft",), ("master", "opt_state")),
+    "logprobs": (("rl_logprobs",), ("master",)),
+    "teacher_logprobs": (("rl_logprobs",), ("master",)),
+    "rollout": (("collect", "rl_rollout", "eval"), ("sampler",)),
+    "analysis": (("annotate", "rl_analysis"), ("sampler",)),
+}
+
+
+def program_phases(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`PROGRAM_PHASES` of a program's name or of its group (``rollout_decode`` -> ``rollout``)."""
+    if name in PROGRAM_PHASES:
+        return PROGRAM_PHASES[name]
+    return PROGRAM_PHASES.get(name.rsplit("_", 1)[0], ((), ()))
+
+
+def phase_peaks(residency: Residency, sizes: Mapping[str, int],
+                programs: Mapping[str, float]) -> dict[str, tuple[float, str | None]]:
+    """Per phase, the peak bytes per device and the program that sets it:
+
+        peak(phase) = max over its programs p of  total(p) + sum(resident trees of the phase
+                                                                 that are not arguments of p)
+
+    (``programs``: name -> the program's total bytes per device, arguments, outputs and
+    temporaries; `PROGRAM_PHASES` says where each runs and which trees it takes). A phase with
+    no planned program peaks at its resident bytes (`phase_bytes`)."""
+    resident = phase_bytes(residency, sizes)
+    out: dict[str, tuple[float, str | None]] = {p: (float(resident[p]), None) for p in PHASES}
+    for name, total in programs.items():
+        phases, args = program_phases(name)
+        for phase in phases:
+            peak = total + sum(sizes[t] for t in residency.trees(phase) if t not in args)
+            if out[phase][1] is None or peak > out[phase][0]:
+                out[phase] = (max(peak, float(resident[phase])), name)
+    return out
