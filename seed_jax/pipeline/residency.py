@@ -160,6 +160,20 @@ def live_bytes_by_device() -> dict[str, int]:
     return {d: _union_bytes(v) for d, v in spans.items()}
 
 
+def device_peaks() -> dict[str, int]:
+    """``peak_bytes_in_use`` of this process's devices where the backend reports it (GPU, TPU);
+    {} on CPU."""
+    out = {}
+    for d in jax.local_devices():
+        try:
+            peak = (d.memory_stats() or {}).get("peak_bytes_in_use")
+        except Exception:  # a backend without memory statistics
+            peak = None
+        if peak is not None:
+            out[str(d)] = int(peak)
+    return out
+
+
 def _union_bytes(spans) -> int:
     """Bytes covered by ``(start, size)`` address ranges (None starts count whole)."""
     total = sum(n for s, n in spans if s is None)
@@ -173,9 +187,13 @@ def _union_bytes(spans) -> int:
 
 def record_phase(path: Path | None, phase: str, update: int | None, planned: int | None) -> dict:
     """One line of ``residency.jsonl``: the phase, the update (RL), this host's live bytes by device
-    (`live_bytes_by_device`) and the planned resident bytes per device; written by host 0
+    (`live_bytes_by_device`), the planned resident bytes per device and, where the backend
+    reports it, each device's peak so far (`device_peaks`); written by host 0
     (``path`` None: measured only). Returns the line."""
     line = {"phase": phase, "update": update, "planned": planned, "measured": live_bytes_by_device()}
+    peaks = device_peaks()
+    if peaks:
+        line["device_peak"] = peaks
     if path is not None and jax.process_index() == 0:
         append_jsonl(path, [line])
     return line
