@@ -296,7 +296,8 @@ class InProcessBackend(EnvBackend):
             return answer.get(timeout=timeout)
         except queue.Empty:
             pass
-        self._calls = None  # that thread is busy for good: later calls get a new one
+        self._calls.put(None)  # that thread ends if its call ever returns; later calls get a new one
+        self._calls = None
         # the abandoned call keeps the old host object: whatever it does when it returns touches
         # only the old envs dict; the other slots' envs move on to a new host
         stuck, self._host = self._host, _SlotHost(self._host.env_factory, self._host.pool_seed)
