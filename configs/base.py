@@ -52,8 +52,14 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.env = ml_collections.ConfigDict()
     c.env.name = ""
-    c.env.num_workers = 0  # 0 = environments in the main process
-    c.env.step_timeout_s = 120.0
+    c.env.num_workers = 0  # 0 = environments in the main process (a step past the timeout is abandoned in its thread)
+    c.env.step_timeout_s = 120.0  # an env step (or reset) past this ends its episode with env_error
+
+    c.run = ml_collections.ConfigDict()
+    # the stall watchdog (seed_jax/watchdog.py): a host whose run reports no progress (rollout turn,
+    # optimizer step, barrier, ...) for this many seconds logs what it waited on and exits with code 3,
+    # so that no host of a pod waits for ever on a stuck one; 0 = off
+    c.run.stall_timeout_s = 1800.0
 
     c.rollout = ml_collections.ConfigDict()
     c.rollout.group_size = 8
@@ -142,10 +148,11 @@ def base_config() -> ml_collections.ConfigDict:
 # except its attention projections (whole blocks in the stage-1 SFT, whose 24,576-token analyzer
 # prompts need 20 GB of kept activations per v5e chip otherwise), fused attention (the Pallas flash
 # kernel on TPU), 16-row micro-batches (2 rows per device on 8 GPUs, 1 on a 16-chip TPU slice),
-# rollouts in the largest waves the devices hold (the launch's plan chooses them).
+# rollouts in the largest waves the devices hold (the launch's plan chooses them), environments in
+# 16 worker processes per host (a hung or crashed one is killed and restarted, its episodes flagged).
 PAPER_SCALE = {"model.dtype": "bfloat16", "model.param_dtype": "float32", "model.remat": "save_dots_except_mlp",
                "stage1.sft_remat": "full", "model.attention": "dot_product", "mesh.data": -1, "mesh.fsdp": -1,
-               "train.micro_batch_size": 16, "rollout.wave_rows": -1}
+               "train.micro_batch_size": 16, "rollout.wave_rows": -1, "env.num_workers": 16}
 
 
 def set_keys(c: ml_collections.ConfigDict, values: Mapping[str, object]) -> None:

@@ -61,6 +61,7 @@ from seed_jax.pipeline.summary import describe_run
 from seed_jax.pipeline.validate import STAGES, ConfigValueError, check_inputs, check_retriever, validate
 from seed_jax.procmem import limit_malloc_arenas, peak_rss_mb, release_free_memory
 from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
+from seed_jax.watchdog import beat, watch_caller
 
 __doc__ = __doc__.replace("{methods}", ", ".join(METHODS))
 
@@ -122,6 +123,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     setup_xla(config, workdir)  # flags and compilation cache: before any JAX work
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU multi-process collectives
     maybe_initialize_distributed()
+    watch_caller(config.run.stall_timeout_s)  # a stall of this host ends it (exit 3) while run_pipeline runs
     validate(config, hosts=jax.process_count())  # the host count is known once distributed is up
 
     run = Run(config, workdir)
@@ -143,6 +145,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
             run.clear_done(later)
         t0 = time.time()
         log.info("stage %s: start (%s)", stage, item.why)
+        beat("stage", stage)
         summary = actions[stage]()  # every stage on every host (each takes its share of the work)
         if config.low_memory:
             drop_compiled()

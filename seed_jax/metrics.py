@@ -50,6 +50,7 @@ from tqdm.auto import tqdm
 
 from seed_jax.jsonl import append_jsonl, read_jsonl, repair_torn_tail
 from seed_jax.paths import is_remote, run_path
+from seed_jax.watchdog import beat
 
 METRICS_FILE = "metrics.jsonl"
 SKILLS_FILE = "skills.jsonl"
@@ -462,9 +463,11 @@ class StageProgress:
         self._initial = initial
         self.total = total
         self.n = initial
+        self.desc, self.unit = desc, unit
 
     def update(self, n: int = 1, **postfix: Any) -> None:
         self.n += n
+        beat(self.desc, f"{self.n}/{self.total} {self.unit}")
         if postfix:
             self._bar.set_postfix({k: (f"{v:.4g}" if isinstance(v, float) else v)
                                    for k, v in postfix.items()}, refresh=False)

@@ -63,3 +63,24 @@ class CounterEnv(Environment):
     def build_prompt(self) -> str:
         return (f"You control a counter.\nYour task is to: {self.task_description}.\n"
                 f"Step {self.t}. {self.obs}\nAnswer with <action>inc</action> or <action>dec</action>.")
+
+
+def hang_once_env(seed: int, *, inner, marker: str, host: str):
+    """``inner(seed)`` (an env factory), except that on the host whose ``JAX_PROCESS_ID`` is ``host``
+    the first step of the whole test (the one that creates the file ``marker``) sleeps for ever:
+    an environment step that hangs once on one host (tests/test_pod_stalls.py)."""
+    env = inner(seed)
+    if os.environ.get("JAX_PROCESS_ID") != host:
+        return env
+    step = env.step
+
+    def step_or_hang(response_text: str):
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return step(response_text)
+        while True:
+            time.sleep(3600)
+
+    env.step = step_or_hang
+    return env

@@ -238,7 +238,8 @@ if __name__ == "__main__":  # re-record the fixtures (a deliberate change to a p
 
 @pytest.mark.parametrize("key,value", [("model.remat", "most"), ("model.attention", "splash"), ("mesh.fsdp", 0),
                                        ("mesh.fsdp", -2), ("rollout.temperature", 0.0),
-                                       ("rollout.temperature", -1.0), ("eval.temperature", -0.1)])
+                                       ("rollout.temperature", -1.0), ("eval.temperature", -0.1),
+                                       ("run.stall_timeout_s", -1.0), ("env.step_timeout_s", 0.0)])
 def test_a_bad_scale_key_is_rejected_naming_it(key, value):
     c = _config("search:tiny")
     set_keys(c, {key: value})
@@ -254,3 +255,5 @@ def test_paper_presets_shard_zero3_in_bf16_with_remat():
             ("bfloat16", "float32", "save_dots_except_mlp", "dot_product", -1, -1), env
         tc = train_config(c)
         assert (tc.compute_dtype, tc.remat) == ("bfloat16", "save_dots_except_mlp")
+        # no unbounded wait on a pod: environments in worker processes with step timeouts, a stall watchdog
+        assert c.env.num_workers > 0 and c.env.step_timeout_s > 0 and c.run.stall_timeout_s > 0, env

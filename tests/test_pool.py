@@ -117,6 +117,34 @@ def test_step_without_live_episode_is_an_error():
             pool.reset({-1: {"target": 1}})
 
 
+def test_in_process_hanging_step_times_out_and_the_rest_goes_on():
+    """A step past the timeout ends only its episode (env_error); the other slots keep their env
+    objects (their episodes continue as in the direct loop) and the hung slot gets a fresh env
+    from its slot seed at its next reset."""
+    slots = [0, 1, 2]
+    tasks = {s: {"target": 20} for s in slots}  # out of reach: no episode ends by itself here
+    envs = fresh_reference(slots)
+    with open_env_pool(EnvFactory(CounterEnv), num_workers=0, step_timeout_s=1.0, seed=SEED) as pool:
+        assert isinstance(pool, InProcessBackend)
+        pool.reset(tasks)
+        for s in slots:
+            envs[s].reset(tasks[s])
+        t0 = time.monotonic()
+        res = pool.step({0: "<action>inc</action>", 1: "<action>hang</action>", 2: "<action>inc</action>"})
+        assert 1.0 <= time.monotonic() - t0 < 5.0  # not the hang's 60 s
+        assert [res[s].env_error for s in slots] == [False, True, False]
+        assert res[1].done and "exceeded 1.0 s" in res[1].error and pool.stats["step_timeouts"] == 1
+        for s in (0, 2):
+            assert res[s].observation == envs[s].step("<action>inc</action>")[0]
+        res = pool.step({0: "<action>dec</action>", 2: "<action>dec</action>"})  # served by a new thread
+        assert [res[s].observation for s in (0, 2)] == [envs[s].step("<action>dec</action>")[0] for s in (0, 2)]
+        res = pool.reset({1: {"target": 5}})
+        assert res[1].observation == CounterEnv(ref_seed(SEED, 1)).reset({"target": 5})[0]
+    with open_env_pool(EnvFactory(CounterEnv), num_workers=0, step_timeout_s=None, seed=SEED) as pool:
+        assert pool.step_timeout_s is None and pool_run(pool, tasks_for(range(3))) == pool_run(
+            open_env_pool(EnvFactory(CounterEnv), num_workers=0, seed=SEED), tasks_for(range(3)))
+
+
 def test_worker_options_need_workers():
     with pytest.raises(ValueError, match=r"options \['reset_timeout_s'\] need num_workers >= 1"):
         open_env_pool(EnvFactory(CounterEnv), num_workers=0, reset_timeout_s=5.0)

@@ -22,6 +22,7 @@ from seed_jax.rollout.loop import run_rollouts
 from seed_jax.rollout.policy import Policy
 from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.train.mesh import host_local_batch_to_global
+from seed_jax.watchdog import beat
 
 
 def is_multihost() -> bool:
@@ -46,6 +47,7 @@ def common_max(*values: int) -> list[int]:
 
 def barrier(name: str) -> None:
     if is_multihost():
+        beat("barrier", name)  # the stall watchdog names the collective a stuck host waits in
         multihost_utils.sync_global_devices(name)
 
 

@@ -20,6 +20,7 @@ from seed_jax.buckets import round_to_multiple
 from seed_jax.pipeline.multihost import common_max, is_multihost, to_global
 from seed_jax.train.batch import SeedBatch
 from seed_jax.train.update import pool_metrics
+from seed_jax.watchdog import beat
 
 
 def host_split_error(mini_batch_size: int, micro_batch_size: int, hosts: int) -> str | None:
@@ -66,6 +67,7 @@ def ppo_epochs(state, batch: SeedBatch, train_step, *, mini_batch_size: int, mic
             mb = batch.take(np.sort(perm[k * M:(k + 1) * M]))
             if not is_multihost() and not mb.response_mask.any():
                 continue
+            beat("train", f"epoch {epoch} mini-batch {k + 1}/{total // M} (optimizer step)", update=update)
             mb = to_global(mb, mesh)
             if before_first_step is not None:
                 before_first_step(state, mb)

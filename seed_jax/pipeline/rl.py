@@ -62,6 +62,7 @@ from seed_jax.train.logprobs import scoring_params
 from seed_jax.train.mesh import batch_divisor
 from seed_jax.train.state import at_schedule_pos, create_sharded_state
 from seed_jax.train.step import make_train_step
+from seed_jax.watchdog import beat
 
 log = logging.getLogger("seed_jax")
 
@@ -269,6 +270,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     first, last = {}, {}
     with make_pool(c, run.bench) as pool:
         for u in range(start, c.rl.num_updates):
+            beat("rl", "update start", update=u)
             timer = Timer()
             tasks = update_tasks(run, u)
             old = policy.with_params(state.params, version=u)  # theta_old, sharded as the state holds it

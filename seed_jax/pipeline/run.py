@@ -105,7 +105,8 @@ RESULT_NEUTRAL_KEYS = frozenset({
     "rl.keep_checkpoints", "rl.eval_every", "rl.audit_gates", "low_memory", "rl.transcripts_per_update", "stage1.openai_api_key_env",
     "stage1.openai_max_concurrency", "model.remat", "stage1.sft_remat", "model.attention", "tracking.wandb", "tracking.wandb_project",
     "tracking.wandb_entity", "tracking.wandb_mode", "mesh.data", "mesh.fsdp", "mesh.tensor", "xla.cache_dir",
-    "rollout.wave_rows", "sampler.backend", "sampler.tensor_parallel", "sampler.prefill_scratch_mb"})
+    "rollout.wave_rows", "sampler.backend", "sampler.tensor_parallel", "sampler.prefill_scratch_mb",
+    "run.stall_timeout_s"})
 
 
 class ConfigChangedError(ConfigValueError):

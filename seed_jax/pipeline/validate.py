@@ -54,9 +54,11 @@ def validate(config, hosts: int = 1) -> None:
                 "env.num_workers", "train.warmup_updates", "rl.transcripts_per_update"):
         if _get(config, key) < 0:
             bad(key, "must be >= 0")
-    for key in ("stage1.temperature", "eval.temperature"):
+    for key in ("stage1.temperature", "eval.temperature", "run.stall_timeout_s"):
         if _get(config, key) < 0:
             bad(key, "must be >= 0")
+    if not config.env.step_timeout_s > 0:
+        bad("env.step_timeout_s", "must be > 0")
     if not config.rollout.temperature > 0:
         bad("rollout.temperature", "must be > 0 (the RL update scores the sampling policy softmax(logits / T); "
                                    "greedy rollouts have no such policy)")

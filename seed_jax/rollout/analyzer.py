@@ -16,6 +16,7 @@ from seed_jax.metrics import progress_enabled
 from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.sampling import SamplerSpec, generate
 from seed_jax.skills import SkillParse, parse_skill, render_analyzer_prompt
+from seed_jax.watchdog import beat
 
 
 def fit_analyzer_prompt(traj: Trajectory, encode_prompt: Callable[[str], list[int]], success_threshold: float,
@@ -61,6 +62,7 @@ def analyze_trajectories(model, tokenizer, trajectories: Sequence[Trajectory], *
     bar = tqdm(total=len(todo), desc="analysis", disable=not progress_enabled(progress), leave=False)
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
+        beat("analysis", f"generating skills {start}-{start + len(chunk)} of {len(todo)}")
         res = generate(model, tokenizer, [fitted[t.traj_id][1] for t in chunk], params=params,
                        max_new_tokens=max_new_tokens, temperature=0.0, sampler=sampler)
         for t, text in zip(chunk, res.texts):

@@ -38,6 +38,7 @@ from seed_jax.rollout.pool import EnvBackend
 from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.sampling import SamplerSpec, SamplingParams, generate
 from seed_jax.skills import insert_skill
+from seed_jax.watchdog import beat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +134,7 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
     encode_prompt = encode_prompt or make_prompt_encoder(tokenizer)
     N = group_size or settings.group_size
     episodes = {slot_offset + g * N + n: (g, n, task) for g, task in enumerate(tasks) for n in range(N)}
+    beat("rollout", f"{tag}env resets of {len(episodes)} episodes")
     resets = backend.reset({slot: task for slot, (_, _, task) in episodes.items()})
     trajs: dict[int, Trajectory] = {}
     prompt, last_obs, live = {}, {}, []
@@ -160,13 +162,15 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
         cut = waves(live, settings.wave_rows)
         steps = _EnvSteps(backend, overlap=len(cut) > 1)
         try:
-            for wave in cut:
+            for w, wave in enumerate(cut):
+                beat("rollout", f"{tag}turn {turn}: generating wave {w + 1}/{len(cut)} ({len(wave)} episodes)")
                 out = generate(model, tokenizer, [ids[s] for s in wave], params=params, seed=seed + turn,
                                stop_strings=settings.stop_strings, think_tags=settings.think_tags,
                                prompt_buckets=settings.prompt_buckets, sampler=settings.sampler, row_ids=wave,
                                **dataclasses.asdict(settings.sampling))
                 gen.update({s: (out.token_ids[i], out.logprobs[i], out.texts[i]) for i, s in enumerate(wave)})
                 steps.submit({s: gen[s][2] for s in wave})
+            beat("rollout", f"{tag}turn {turn}: env steps of {len(live)} episodes")
             results = steps.results()
         finally:
             steps.close()

@@ -17,8 +17,13 @@ Backends (`open_env_pool(factory, num_workers, ...)` starts the one that fits, a
 manager):
 
 - `InProcessBackend`: environments in this process, stepped one after another (tests, 0
-  workers). No timeouts (a Python call cannot be interrupted); an env exception still ends
-  only that episode with ``env_error``.
+  workers); an env exception ends only that episode with ``env_error``. With
+  ``step_timeout_s`` (`open_env_pool` passes it) each call runs in a helper thread (one at a
+  time) and the caller waits at most that long: a call past it is abandoned (a running Python or
+  C call cannot be interrupted; its daemon thread is left to finish or hang, and the slot's env
+  object is dropped unclosed), its episode ends with ``env_error``, and later calls go to a fresh
+  thread. A step that hangs while holding the GIL stalls the whole process all the same: only
+  worker processes bound that (and the stall watchdog, `seed_jax.watchdog`, ends such a run).
 - `ProcessPoolBackend`: ``num_workers`` processes (``spawn`` context by default: JAX in the
   parent does not survive ``fork``), each hosting the environments of several slots; slot
   ``s`` lives on worker ``s % num_workers`` (round-robin). Messages are Python objects over
@@ -46,10 +51,13 @@ from __future__ import annotations
 import abc
 import dataclasses
 import hashlib
+import logging
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
+import queue
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -67,6 +75,7 @@ __all__ = [
 ]
 
 _LIVE, _IDLE, _LOST = "live", "idle", "lost"
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -255,18 +264,61 @@ class EnvBackend(abc.ABC):
 
 
 class InProcessBackend(EnvBackend):
-    """All environments in this process; same results as the process pool, no timeouts."""
+    """All environments in this process; same results as the process pool. ``step_timeout_s``
+    (None: none) / ``reset_timeout_s`` (default: the step's): see the module docstring."""
 
-    def __init__(self, env_factory: Callable[[int], Any], seed: int = 0) -> None:
+    def __init__(self, env_factory: Callable[[int], Any], seed: int = 0, *, step_timeout_s: float | None = None,
+                 reset_timeout_s: float | None = None) -> None:
         super().__init__()
+        if (step_timeout_s is not None and step_timeout_s <= 0) or (reset_timeout_s is not None and reset_timeout_s <= 0):
+            raise ValueError("timeouts must be positive")
         self._host = _SlotHost(env_factory, seed)
         self.num_workers = 0
+        self.step_timeout_s = step_timeout_s
+        self.reset_timeout_s = step_timeout_s if reset_timeout_s is None else reset_timeout_s
+        self._calls: queue.Queue | None = None  # the helper thread's inbox (None: not started / abandoned)
 
     def _run(self, op: str, items: dict[int, Any]) -> dict[int, dict[str, Any]]:
-        return {slot: self._host.run(op, slot, arg) for slot, arg in items.items()}
+        timeout = self.reset_timeout_s if op == "reset" else self.step_timeout_s
+        if timeout is None:
+            return {slot: self._host.run(op, slot, arg) for slot, arg in items.items()}
+        return {slot: self._run_bounded(op, slot, arg, timeout) for slot, arg in items.items()}
+
+    def _run_bounded(self, op: str, slot: int, arg: Any, timeout: float) -> dict[str, Any]:
+        """``self._host.run(op, slot, arg)`` in the helper thread; past ``timeout`` the thread and
+        the slot's env are abandoned and the episode ends with ``env_error``."""
+        if self._calls is None:
+            self._calls = queue.Queue()
+            threading.Thread(target=_serve_calls, args=(self._calls,), name="seed-env-inprocess", daemon=True).start()
+        answer: queue.Queue = queue.Queue(maxsize=1)
+        self._calls.put((self._host, op, slot, arg, answer))
+        try:
+            return answer.get(timeout=timeout)
+        except queue.Empty:
+            pass
+        self._calls.put(None)  # that thread ends if its call ever returns; later calls get a new one
+        self._calls = None
+        # the abandoned call keeps the old host object: whatever it does when it returns touches
+        # only the old envs dict; the other slots' envs move on to a new host
+        stuck, self._host = self._host, _SlotHost(self._host.env_factory, self._host.pool_seed)
+        self._host.envs = {s: e for s, e in stuck.envs.items() if s != slot}
+        self.stats["step_timeouts"] += 1
+        log.warning("env %s of slot %d exceeded %g s in process; its episode ends with env_error", op, slot, timeout)
+        return _error_payload(op, f"slot {slot}: env {op} exceeded {timeout} s (in process); the episode is lost")
 
     def close(self) -> None:
+        if self._calls is not None:
+            self._calls.put(None)
+            self._calls = None
         self._host.close()
+
+
+def _serve_calls(calls: queue.Queue) -> None:
+    """The in-process backend's helper thread: ``(host, op, slot, arg, answer)`` -> ``answer``;
+    None ends it."""
+    while (call := calls.get()) is not None:
+        host, op, slot, arg, answer = call
+        answer.put(host.run(op, slot, arg))
 
 
 def _worker_main(conn, env_factory: Callable[[int], Any], pool_seed: int) -> None:
@@ -523,17 +575,19 @@ class ProcessPoolBackend(EnvBackend):
 def open_env_pool(
     env_factory: Callable[[int], Any],
     num_workers: int = 0,
-    step_timeout_s: float = 60.0,
+    step_timeout_s: float | None = 60.0,
     seed: int = 0,
     **kwargs: Any,
 ) -> EnvBackend:
-    """Start a backend: `InProcessBackend` when ``num_workers == 0``, else a
-    `ProcessPoolBackend` (kwargs: reset_timeout_s, start_timeout_s, start_method) whose workers
-    are running on return. Close it with ``close()`` or use it as a context manager:
-    ``with open_env_pool(factory, 4) as pool: ...``."""
+    """Start a backend: `InProcessBackend` when ``num_workers == 0`` (``step_timeout_s`` None:
+    without timeouts), else a `ProcessPoolBackend` (kwargs: reset_timeout_s, start_timeout_s,
+    start_method) whose workers are running on return. Close it with ``close()`` or use it as a
+    context manager: ``with open_env_pool(factory, 4) as pool: ...``."""
     if num_workers == 0:
         if kwargs:
             raise ValueError(f"options {sorted(kwargs)} need num_workers >= 1")
-        return InProcessBackend(env_factory, seed=seed)
+        return InProcessBackend(env_factory, seed=seed, step_timeout_s=step_timeout_s)
+    if step_timeout_s is None:
+        raise ValueError("worker processes need a step_timeout_s")
     return ProcessPoolBackend(env_factory, num_workers, step_timeout_s=step_timeout_s, seed=seed,
                               **kwargs)
