@@ -143,3 +143,168 @@ def test_host_devices_of_a_process_without_devices_is_an_error():
                                   memory_stats=dict) for i in range(2)]
     with pytest.raises(TargetError, match="no device of process 3"):
         host_devices_of(native_target(devs, process_index=3))
+
+
+# ------------------------------------------------------------------ the config against the mesh, before compiling
+
+
+def _paper_search():
+    c = get_config("paper")
+    assert (c.train.micro_batch_size, c.analysis.batch_size, c.rollout.wave_rows) == (-1, -1, -1)
+    return c
+
+
+def test_the_config_is_checked_against_the_mesh_naming_the_key():
+    """The search paper preset on a 16-chip v5e (4 hosts, one slice: data x fsdp = 16): 8-row
+    micro-batches cannot split over 16 row shards; -1 can (512 = 32 x 16); mesh axes that do not
+    multiply to the device count and a mini-batch no multiple of 16 divides are named too."""
+    from seed_jax.pipeline.validate import ConfigValueError, check_mesh
+
+    c = _paper_search()
+    assert check_mesh(c, 16, hosts=4, domain=16) == (1, 16, 1)
+    c.train.micro_batch_size = 8
+    with pytest.raises(ConfigValueError) as e:
+        check_mesh(c, 16, hosts=4, domain=16)
+    assert str(e.value) == ("config.train.micro_batch_size: must be a multiple of the data x fsdp mesh size (16) on "
+                            "16 devices, or -1 (the largest that fits, chosen by the plan) (got 8)")
+    assert check_mesh(c, 8, hosts=2, domain=8) == (1, 8, 1)  # the same config fits a v5e-8
+    c.train.micro_batch_size, c.rl.mini_batch_size = -1, 24
+    with pytest.raises(ConfigValueError, match=r"^config\.rl\.mini_batch_size: .* multiple of 16 .*\(got 24\)$"):
+        check_mesh(c, 16, hosts=4, domain=16)
+    c.rl.mini_batch_size, c.mesh.data, c.mesh.fsdp = 512, 3, 1
+    with pytest.raises(ConfigValueError, match=r"^config\.mesh: mesh data=3 x fsdp=1 x tensor=1 = 3 does not match"):
+        check_mesh(c, 16, hosts=4, domain=16)
+
+
+@pytest.mark.parametrize("target", ["cpu:16", pytest.param("tpu:v5e:4x4", marks=needs_libtpu)])
+def test_a_micro_batch_the_mesh_cannot_split_stops_the_launch_before_any_compile(tmp_path, target):
+    """Planned for a 16-device target, the paper preset with 8-row micro-batches stopped only after
+    compiling its samplers (32 s at full size), at the train step; now the launch stops at once,
+    exit 2, one line naming the key, before the plan compiles anything."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(
+        {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 256, "hidden_size": 64,
+         "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}))
+    path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "PYTHONPATH": path, **(TPU_ENV if target.startswith("tpu") else {"JAX_PLATFORMS": "cpu"})}
+    r = subprocess.run([sys.executable, "-m", "seed_jax.launch", "--config=configs/alfworld.py:paper",
+                        f"--config.model.path={tmp_path / 'm'}", "--config.train.micro_batch_size=8",
+                        f"--workdir={tmp_path / 'w'}", "--dry_run", f"--plan={target}"],
+                       capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-1] == (
+        "error: config.train.micro_batch_size: must be a multiple of the data x fsdp mesh size (16) on 16 devices, "
+        "or -1 (the largest that fits, chosen by the plan) (got 8)")
+    assert "plan: compiling" not in r.stderr
+
+
+# ------------------------------------------------------------------ sizes the plan chooses (-1)
+
+
+def test_the_plan_chooses_the_largest_micro_batch_that_fits():
+    """Reference: the train step planned at explicit micro-batches of 8 and 4 rows (one
+    device: every size divides). On a device whose memory lies between their totals,
+    ``train.micro_batch_size = -1`` tries the whole mini-batch (8), then bisects 4, 2, 1 to 4."""
+    import dataclasses
+
+    from seed_jax.plan.analysis import HEADROOM, format_plan, plan_run, with_key
+    from seed_jax.plan.targets import parse_target
+
+    c = get_config("tiny")  # rl.mini_batch_size = 8
+    target = parse_target("cpu:1")
+    step = {"train_step"}  # (the log-prob passes are sized and chosen with it in a run's plan: `MICRO_PROGRAMS`)
+    explicit = {m: plan_run(with_key(c, "train.micro_batch_size", m), target, step).programs for m in (8, 4)}
+    total = {m: max(p.total for p in ps) for m, ps in explicit.items()}
+    assert total[8] > total[4]
+    c.train.micro_batch_size = -1
+    on = dataclasses.replace(target, chip=dataclasses.replace(target.chip, hbm=(total[8] + total[4]) / 2 / (1 - HEADROOM)))
+    plan = plan_run(c, on, step)
+    assert plan.micro_batch.rows == 4 and plan.micro_batch.tried == {8: False, 4: True, 2: True}
+    assert [(p.name, p.total) for p in plan.programs] == [(p.name, p.total) for p in explicit[4]]
+    assert "train.micro_batch_size = -1: the plan's micro-batch is 4 rows (tried: 8 does not, 4 fits, 2 fits)" \
+        in format_plan(plan)
+
+
+def test_sizes_left_at_minus_one_without_a_plan_take_the_documented_fallback():
+    """No plan (CPU, --plan=no): the micro-batch is lcm(data x fsdp, hosts) rows, the analysis batch
+    one row per sampler row shard of a host; each replacement is logged."""
+    from seed_jax.pipeline.auto_sizes import micro_batch_candidates, resolve_without_plan
+
+    assert micro_batch_candidates(48, 8, 1) == [48, 24, 16, 8]
+    assert micro_batch_candidates(48, 4, 3) == [48, 24, 12]
+    assert micro_batch_candidates(24, 16, 4) == []
+    c = _paper_search()
+    lines = resolve_without_plan(c, divisor=8, hosts=2, host_row_shards=4)
+    assert (c.train.micro_batch_size, c.analysis.batch_size) == (8, 4) and len(lines) == 2
+    assert lines[0].startswith("train.micro_batch_size = -1 without a plan: 8 rows")
+    assert resolve_without_plan(c, divisor=8, hosts=2, host_row_shards=4) == []  # nothing left at -1
+
+
+MICRO_ON_TPU = textwrap.dedent("""
+    import json
+    from jax.experimental import topologies
+    from configs.search import get_config
+    from seed_jax.plan.analysis import plan_run
+    from seed_jax.plan.targets import native_target
+
+    out = {}
+    for name in ("v5e:2x4", "v5e:2x2"):
+        t = native_target(topologies.get_topology_desc(platform="tpu", topology_name=name).devices)
+        c = get_config("tiny")
+        c.rl.mini_batch_size, c.train.micro_batch_size = 32, -1
+        plan = plan_run(c, t, {"train_step"})
+        (p,) = plan.programs
+        out[name] = {"mesh": plan.mesh, "hosts": plan.hosts, "rows": plan.micro_batch.rows,
+                     "tried": plan.micro_batch.tried, "fits": p.fits, "note": p.note}
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_the_plan_chooses_a_micro_batch_per_slice():
+    """The same tiny config (32-row mini-batches, micro-batch -1) on a v5e 2x4 (8 chips, 2 hosts)
+    and a v5e 2x2 (4 chips): the chosen micro-batch is a multiple of the slice's data x fsdp
+    size, divides the mini-batch and its train step fits (the whole mini-batch, at this size)."""
+    r = _python(MICRO_ON_TPU)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    for name, devices in (("v5e:2x4", 8), ("v5e:2x2", 4)):
+        g = got[name]
+        div = g["mesh"]["data"] * g["mesh"]["fsdp"]
+        assert div == devices and g["rows"] % div == 0 and 32 % g["rows"] == 0 and g["fits"], g
+        assert g["note"].endswith(f"micro-batches of {g['rows']}") and g["tried"][str(g["rows"])] is True
+
+
+CHECK_PLAN_ON_A_SLICE = textwrap.dedent("""
+    import json
+    from jax.experimental import topologies
+    from configs.search import get_config
+    from seed_jax import launch
+    from seed_jax.plan import targets
+
+    devs = topologies.get_topology_desc(platform="tpu", topology_name="v5e:4x4").devices
+    native = targets.native_target
+    targets.native_target = lambda: native(devs)  # this process as host 0 of a v5e 4x4 slice
+    c = get_config("tiny")
+    c.unlock()
+    c.analysis.analyzer = "self"
+    c.rl.tasks_per_update, c.rl.mini_batch_size = 8, 32
+    c.train.micro_batch_size = c.analysis.batch_size = c.rollout.wave_rows = -1
+    launch.check_plan(c, "yes")
+    print(json.dumps([c.train.micro_batch_size, c.analysis.batch_size, c.rollout.wave_rows]))
+""")
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_the_launch_plans_a_native_multi_host_slice_and_takes_its_choices():
+    """`launch.check_plan` as it runs on host 0 of a v5e 4x4 slice (``--plan=yes``, the native
+    devices): every program of the tiny run compiles, and the run takes the plan's sizes: the
+    micro-batch a multiple of 16 (data x fsdp) dividing 32, waves and analysis calls of the host's
+    8 tasks x 2 / 4 hosts = 4 rows."""
+    r = _python(CHECK_PLAN_ON_A_SLICE)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "fits: yes" in r.stdout
+    micro, analysis, wave = json.loads(r.stdout.strip().splitlines()[-1])
+    assert micro in (16, 32) and (analysis, wave) == (4, 4)
