@@ -17,6 +17,7 @@ def get_config(preset: str = "local"):
         c, preset,
         local=dict(stage1_tasks=6, max_steps=6, prompt_tokens=768, analysis_prompt_tokens=1024, eval_tasks=6),
         # x_tau of a 30-step episode (~600 tokens a step; Qwen2.5: 32k context, 4k new tokens)
-        # 24,576-token analyzer prompts, 8 per self-analysis call: each host samples on its own
-        # devices, 2 rows per v5e chip of a 4-chip host fit (32 needed 25.7 GB; README plans)
-        paper={"analysis.max_prompt_tokens": 24576, "analysis.batch_size": 8})
+        # 24,576-token analyzer prompts, as many per self-analysis call as the plan finds room for
+        # (-1 from the paper settings; each host samples on its own devices: 8 on a 4-chip v5e host,
+        # 2 rows per chip, 32 needed 25.7 GB; README plans)
+        paper={"analysis.max_prompt_tokens": 24576})

@@ -103,7 +103,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.analysis.analyzer = "self"  # self (the policy, docs/METHOD.md §3.1) | heuristic (model-free template: smoke tests)
     c.analysis.max_new_tokens = 4096
     c.analysis.max_prompt_tokens = 4096
-    c.analysis.batch_size = 32
+    c.analysis.batch_size = 32  # prompts per self-analysis sampler call (-1: the largest that fits, chosen by the plan)
 
     c.rl = ml_collections.ConfigDict()
     c.rl.num_updates = 150
@@ -120,7 +120,9 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.train = ml_collections.ConfigDict(run_train_defaults())  # TrainConfig's fields and defaults
     c.train.warmup_updates = 0  # learning-rate warm-up, in RL updates (the RL schedule counts updates)
-    c.train.micro_batch_size = 16  # rows per micro-batch (TrainConfig's None, the whole mini-batch, is no run option)
+    # rows per micro-batch (TrainConfig's None, the whole mini-batch, is no run option); -1: the largest that
+    # fits the devices, chosen by the plan (without one: the data x fsdp mesh size; pipeline/auto_sizes.py)
+    c.train.micro_batch_size = 16
 
     c.eval = ml_collections.ConfigDict()
     c.eval.num_tasks = 0  # per split; 0 = the whole split
@@ -147,12 +149,15 @@ def base_config() -> ml_collections.ConfigDict:
 # interconnect domain (a TPU slice, a GPU node: `mesh.auto_fsdp`), bfloat16 compute on float32 master weights, each block rematerialised
 # except its attention projections (whole blocks in the stage-1 SFT, whose 24,576-token analyzer
 # prompts need 20 GB of kept activations per v5e chip otherwise), fused attention (the Pallas flash
-# kernel on TPU), 16-row micro-batches (2 rows per device on 8 GPUs, 1 on a 16-chip TPU slice),
-# rollouts in the largest waves the devices hold (the launch's plan chooses them), environments in
-# 16 worker processes per host (a hung or crashed one is killed and restarted, its episodes flagged).
+# kernel on TPU), the sizes that depend on the slice left to the launch's plan (-1: the largest
+# that fits the devices, so one preset runs on any slice it fits): the RL micro-batch (a multiple
+# of the data x fsdp mesh size that divides the mini-batch), the self-analysis batch and the
+# rollout waves; environments in 16 worker processes per host (a hung or crashed one is killed
+# and restarted, its episodes flagged).
 PAPER_SCALE = {"model.dtype": "bfloat16", "model.param_dtype": "float32", "model.remat": "save_dots_except_mlp",
                "stage1.sft_remat": "full", "model.attention": "dot_product", "mesh.data": -1, "mesh.fsdp": -1,
-               "train.micro_batch_size": 16, "rollout.wave_rows": -1, "env.num_workers": 16}
+               "train.micro_batch_size": -1, "analysis.batch_size": -1, "rollout.wave_rows": -1,
+               "env.num_workers": 16}
 
 
 def set_keys(c: ml_collections.ConfigDict, values: Mapping[str, object]) -> None:

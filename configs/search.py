@@ -37,10 +37,8 @@ def get_config(preset: str = "local"):
                "env.vendored_data": False, "env.eval_splits": SEARCH_R1_EVAL_SPLITS,
                "stage1.num_tasks": 180, "rl.tasks_per_update": 128, "rl.mini_batch_size": 512,
                "train.schedule": "warmup_constant", "train.warmup_updates": 15,  # warm-up: 10% of 150 updates
-               # 8-row micro-batches: the 1.7B step then fits a v5e-8 slice's 16 GiB chips; the
-               # 128 x 8 rollouts sample in the plan's waves (rollout.wave_rows = -1 from the paper
-               # settings: 32 rows per host on v5e-8, 8 per chip with 4,608-token KV caches; README plans)
-               "train.micro_batch_size": 8,
-               # 16 analyzer prompts per call: 4 rows per v5e chip of a 4-chip host (32 needed 19.6 GB)
-               "analysis.batch_size": 16},
+               # micro-batches, analyzer calls and the 128 x 8 rollouts' waves are the plan's choice
+               # (-1 from the paper settings); on v5e-8 that was 8-row micro-batches, 16 analyzer
+               # prompts per call and 32 rollout rows per host (README plans)
+               },
         tiny={"rollout.max_steps": 2, "stage1.format_warmup_tasks": 2})

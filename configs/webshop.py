@@ -22,4 +22,4 @@ def get_config(preset: str = "local"):
         c, preset,
         local=dict(stage1_tasks=6, max_steps=5, prompt_tokens=768, analysis_prompt_tokens=1024, eval_tasks=6),
         # x_tau of a 15-step episode with product pages (Qwen2.5: 32k context, 4k new tokens)
-        paper={"eval.num_tasks": 128, "analysis.max_prompt_tokens": 24576, "analysis.batch_size": 8})  # as ALFWorld's
+        paper={"eval.num_tasks": 128, "analysis.max_prompt_tokens": 24576})  # as ALFWorld's

@@ -47,6 +47,7 @@ from ml_collections import config_flags
 
 from seed_jax.paths import run_path
 from seed_jax.pipeline import evaluate, rl, stage1
+from seed_jax.pipeline.auto_sizes import resolve_without_plan
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.multihost import barrier
 from seed_jax.pipeline.run import (
@@ -58,9 +59,16 @@ from seed_jax.pipeline.run import (
 )
 from seed_jax.pipeline.runtime import drop_compiled, setup_xla
 from seed_jax.pipeline.summary import describe_run
-from seed_jax.pipeline.validate import STAGES, ConfigValueError, check_inputs, check_retriever, validate
+from seed_jax.pipeline.validate import (
+    STAGES,
+    ConfigValueError,
+    check_inputs,
+    check_mesh,
+    check_retriever,
+    validate,
+)
 from seed_jax.procmem import limit_malloc_arenas, peak_rss_mb, release_free_memory
-from seed_jax.train.mesh import make_mesh, maybe_initialize_distributed
+from seed_jax.train.mesh import batch_divisor, interconnect_devices, make_mesh, maybe_initialize_distributed
 from seed_jax.watchdog import beat, watch_caller
 
 __doc__ = __doc__.replace("{methods}", ", ".join(METHODS))
@@ -125,12 +133,16 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     maybe_initialize_distributed()
     watch_caller(config.run.stall_timeout_s)  # a stall of this host ends it (exit 3) while run_pipeline runs
     validate(config, hosts=jax.process_count())  # the host count is known once distributed is up
+    check_mesh(config, jax.device_count(), jax.process_count(), interconnect_devices(jax.devices(), jax.process_count()))
 
     run = Run(config, workdir)
     write_config(config, workdir)
     if busy:
         check_plan(config, plan)
     mesh = make_mesh(None if config.mesh.data == -1 else config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    for line in resolve_without_plan(config, batch_divisor(mesh), jax.process_count(),
+                                     jax.local_device_count() // config.sampler.tensor_parallel):
+        log.info(line)  # sizes left at -1 that no plan chose (CPU, --plan=no)
     actions = {"collect": lambda: stage1.collect(run, mesh), "annotate": lambda: stage1.annotate_stage(run, mesh),
                "sft": lambda: stage1.sft(run, mesh), "rl": lambda: rl.rl(run, mesh, rl_callbacks),
                "eval": lambda: evaluate.eval_stage(run, mesh)}
@@ -171,9 +183,11 @@ def check_plan(config, plan: str, dry_run: bool = False) -> None:
     """Plan the run's programs (`seed_jax.plan`) when ``plan`` asks for it; `ConfigValueError` naming
     the first program that does not fit. ``plan``: ``no``; ``yes``; ``auto`` (yes when the devices are
     TPUs or GPUs); with ``dry_run`` also a target spelling, planned in this process (fake CPU devices
-    need a process whose JAX backend has not started). ``rollout.wave_rows = -1``: the run takes
-    the plan's wave (`seed_jax.plan.analysis.choose_wave_rows`)."""
-    from seed_jax.plan.analysis import format_plan, misfit_message, plan_run
+    need a process whose JAX backend has not started). The config is checked against the target's
+    mesh first (`check_mesh`), before anything compiles. ``rollout.wave_rows``,
+    ``train.micro_batch_size`` and ``analysis.batch_size`` at -1: the run takes the plan's choice
+    (`seed_jax.plan.analysis.choose_largest`)."""
+    from seed_jax.plan.analysis import CHOICE_KEYS, format_plan, misfit_message, plan_run, target_hosts
     from seed_jax.plan.programs import PlanConfigError
     from seed_jax.plan.targets import TargetError, native_target, parse_target
 
@@ -188,6 +202,8 @@ def check_plan(config, plan: str, dry_run: bool = False) -> None:
             if plan.startswith(("gpu:", "cpu:")):
                 jax.config.update("jax_platforms", "cpu")
             target = parse_target(plan)
+        hosts = target_hosts(target)
+        check_mesh(config, target.num_devices, hosts, interconnect_devices(target.devices, hosts))
         result = plan_run(config, target, progress=lambda n: log.info("plan: compiling %s for %s", n, target.spec),
                           stop_at_misfit=True)
     except (TargetError, PlanConfigError) as e:
@@ -197,9 +213,12 @@ def check_plan(config, plan: str, dry_run: bool = False) -> None:
     why = misfit_message(result)
     if why:
         raise ConfigValueError(why)
-    if result.waves is not None and not dry_run:
-        config.rollout.wave_rows = result.waves.rows  # the run samples in the plan's waves
-        log.info("rollout.wave_rows = -1: the plan's wave is %d rows", result.waves.rows)
+    for field, key in CHOICE_KEYS.items():
+        choice = getattr(result, field)
+        if choice is not None and not dry_run:  # the run samples / trains in the plan's sizes
+            section, leaf = key.split(".")
+            config[section][leaf] = choice.rows
+            log.info("%s = -1: the plan's choice is %d rows", key, choice.rows)
 
 
 def default_workdir(config, preset: str, overrides: Mapping[str, object]) -> Path:

@@ -20,6 +20,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from configs.base import PRESETS, base_config, set_keys, with_preset
+from seed_jax.pipeline.auto_sizes import resolve_without_plan
 from seed_jax.pipeline.methods import METHOD_SWITCHES, METHODS, needs_skill_bank, switches
 from seed_jax.pipeline.runtime import sft_train_config, train_config
 from seed_jax.pipeline.validate import ConfigValueError, validate
@@ -37,10 +38,13 @@ def _config(case: str):
 
 
 def _with_method(case: str, method: str):
+    """``case``'s config with ``method``, its -1 sizes resolved as a one-device run without a plan
+    resolves them (`resolve_without_plan`: the paper presets leave the micro-batch to the plan)."""
     c = _config(case)
     c.unlock()
     c.method = method
     c.lock()
+    resolve_without_plan(c, divisor=1, hosts=1, host_row_shards=1)
     return c
 
 
@@ -249,7 +253,7 @@ def test_a_bad_scale_key_is_rejected_naming_it(key, value):
 
 def test_paper_presets_shard_zero3_in_bf16_with_remat():
     for env in ("alfworld", "webshop", "search"):
-        c = _config(f"{env}:paper")
+        c = _with_method(f"{env}:paper", "seed")
         m = c.model
         assert (m.dtype, m.param_dtype, m.remat, m.attention, c.mesh.fsdp, c.mesh.data) == \
             ("bfloat16", "float32", "save_dots_except_mlp", "dot_product", -1, -1), env

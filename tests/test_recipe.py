@@ -85,7 +85,10 @@ def test_updates_groups_and_mini_batches(env):
 @pytest.mark.parametrize("env", ENVS)
 def test_optimizer_and_loss_coefficients(env):
     c, want = paper(env), PAPER[env]
-    tc = train_config(c)  # the RL step's settings
+    # the RL step's settings; the micro-batch is left to the plan of the run's slice (-1: exact
+    # gradient accumulation, any size makes the same update)
+    assert c.train.micro_batch_size == -1
+    tc = train_config(c, micro_batch_size=c.rl.mini_batch_size)
     assert (tc.lr, tc.weight_decay, tc.grad_clip) == (LR, WEIGHT_DECAY, GRAD_CLIP)
     assert (tc.c_kl, tc.c_ent, tc.kl_kind) == (want["c_kl"], want["c_ent"], KL_ESTIMATOR)
     assert (tc.lambda_opd, tc.beta_opd) == (LAMBDA_OPD, BETA_OPD)
@@ -101,7 +104,7 @@ def test_learning_rate_schedule_in_updates(env):
     (10 %), then constant. Read from the schedule the RL step uses, at update positions."""
     c, warmup = paper(env), PAPER[env]["warmup_updates"]
     assert c.train.warmup_updates == warmup
-    tc = train_config(c)
+    tc = train_config(c, micro_batch_size=c.rl.mini_batch_size)  # the micro-batch: the plan's (-1)
     assert tc.schedule_unit == "update"
     lr = np.array([float(make_schedule(tc)(u)) for u in range(UPDATES)])
     np.testing.assert_allclose(lr[warmup:], LR, rtol=1e-6)

@@ -291,7 +291,7 @@ def test_run_schedules_are_stated_in_updates():
     from configs import search
     from seed_jax.pipeline.runtime import train_config
 
-    tc = train_config(search.get_config("paper"))
+    tc = train_config(search.get_config("paper"), micro_batch_size=8)  # the preset leaves it to the plan (-1)
     assert (tc.schedule_unit, tc.schedule, tc.warmup_steps, tc.total_steps) == ("update", "warmup_constant", 15, 150)
     c = search.get_config("tiny")
     c.train.schedule, c.rl.num_updates = "cosine", 40

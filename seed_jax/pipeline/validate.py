@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import urllib.error
 import urllib.parse
@@ -15,11 +16,13 @@ from seed_jax.models.config import ATTENTION_IMPLS, REMAT_POLICIES
 from seed_jax.paths import is_remote, run_path
 from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
 from seed_jax.pipeline.annotator import REASONING_SWITCH
+from seed_jax.pipeline.auto_sizes import AUTO, micro_batch_candidates
 from seed_jax.pipeline.environments import missing_data
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.ppo import host_split_error
 from seed_jax.pipeline.runtime import train_config
 from seed_jax.sampling import BACKENDS
+from seed_jax.train.mesh import mesh_shape
 
 STAGES = ("collect", "annotate", "sft", "rl", "eval")
 
@@ -44,12 +47,16 @@ def validate(config, hosts: int = 1) -> None:
     positive = ["rollout.group_size", "rollout.max_steps", "rollout.max_prompt_tokens",
                 "rollout.max_response_tokens", "rollout.chunk", "stage1.num_tasks", "stage1.group_size",
                 "stage1.sft_batch_size", "stage1.openai_max_concurrency", "stage1.sft_micro_batch_size", "stage1.max_answer_tokens",
-                "analysis.max_new_tokens", "analysis.max_prompt_tokens", "analysis.batch_size",
+                "analysis.max_new_tokens", "analysis.max_prompt_tokens",
                 "rl.tasks_per_update", "rl.mini_batch_size", "rl.epochs", "rl.checkpoint_every",
-                "rl.keep_checkpoints", "train.micro_batch_size", "model.random_layers", "model.random_hidden"]
+                "rl.keep_checkpoints", "model.random_layers", "model.random_hidden"]
     for key in positive:
         if _get(config, key) < 1:
             bad(key, "must be >= 1")
+    for key in ("train.micro_batch_size", "analysis.batch_size"):  # -1: the plan chooses (`auto_sizes`)
+        if _get(config, key) < 1 and _get(config, key) != AUTO:
+            bad(key, "must be >= 1, or -1 (the largest that fits the devices, chosen by the plan)")
+    micro = config.train.micro_batch_size
     for key in ("rl.num_updates", "stage1.sft_epochs", "stage1.format_warmup_tasks", "eval.num_tasks", "rl.eval_every",
                 "env.num_workers", "train.warmup_updates", "rl.transcripts_per_update"):
         if _get(config, key) < 0:
@@ -75,11 +82,11 @@ def validate(config, hosts: int = 1) -> None:
         bad("stage1.sft_micro_batch_size", "must be <= stage1.sft_batch_size")
     if config.stage1.sft_batch_size % config.stage1.sft_micro_batch_size:
         bad("stage1.sft_batch_size", "must be a multiple of stage1.sft_micro_batch_size")
-    if config.train.micro_batch_size > config.rl.mini_batch_size:
+    if micro != AUTO and micro > config.rl.mini_batch_size:
         bad("train.micro_batch_size", f"must be <= rl.mini_batch_size ({config.rl.mini_batch_size})")
-    if config.rl.mini_batch_size % config.train.micro_batch_size:
-        bad("rl.mini_batch_size", f"must be a multiple of train.micro_batch_size ({config.train.micro_batch_size})")
-    split = host_split_error(config.rl.mini_batch_size, config.train.micro_batch_size, hosts)
+    if micro != AUTO and config.rl.mini_batch_size % micro:
+        bad("rl.mini_batch_size", f"must be a multiple of train.micro_batch_size ({micro})")
+    split = host_split_error(config.rl.mini_batch_size, micro, hosts) if micro != AUTO else None
     if split:
         bad("train.micro_batch_size", split)
     if config.rl.advantage_mode not in ADVANTAGE_ESTIMATORS:
@@ -125,10 +132,39 @@ def validate(config, hosts: int = 1) -> None:
     if config.mesh.data == 0 or config.mesh.data < -1:
         bad("mesh.data", "must be -1 (all devices) or >= 1")
     # the train-step settings are checked by TrainConfig itself, with its own field names
-    try:
-        train_config(config)
+    try:  # a micro-batch left to the plan is checked against the mesh (`check_mesh`)
+        train_config(config, **({"micro_batch_size": config.rl.mini_batch_size} if micro == AUTO else {}))
     except ValueError as e:
         raise ConfigValueError(f"config.train: {e}") from None
+
+
+def check_mesh(config, devices: int, hosts: int = 1, domain: int | None = None) -> tuple[int, int, int]:
+    """Raise `ConfigValueError` naming the key when ``config`` cannot run on ``devices`` devices of
+    ``hosts`` hosts, before anything is compiled; returns the mesh's ``(data, fsdp, tensor)``.
+
+    ``domain``: the devices one fast interconnect joins (`seed_jax.train.mesh.interconnect_devices`;
+    default one host's), what ``mesh.fsdp = -1`` spans. Checked: the mesh axes multiply to the
+    device count (`mesh_shape`); the batch rows split ``d = data x fsdp`` ways, so
+    ``train.micro_batch_size`` is a multiple of ``d`` (the log-prob passes and the train step shard
+    every micro-batch's rows over the mesh) and, when -1, some multiple of ``lcm(d, hosts)``
+    divides ``rl.mini_batch_size`` (`micro_batch_candidates`). The SFT's micro-batches need no
+    check: they are filled with masked rows to a multiple of ``d`` (`runtime.sft_train_config`)."""
+    m = config.mesh
+    try:
+        shape = mesh_shape(devices, m.data, m.fsdp, m.tensor, domain or max(1, devices // max(1, hosts)))
+    except ValueError as e:
+        raise ConfigValueError(f"config.mesh: {e} (got data={m.data}, fsdp={m.fsdp}, tensor={m.tensor})") from None
+    div = shape[0] * shape[1]
+    micro = config.train.micro_batch_size
+    if micro != AUTO and micro % div:
+        raise ConfigValueError(f"config.train.micro_batch_size: must be a multiple of the data x fsdp mesh size "
+                               f"({div}) on {devices} devices, or -1 (the largest that fits, chosen by the plan) "
+                               f"(got {micro})")
+    if micro == AUTO and not micro_batch_candidates(config.rl.mini_batch_size, div, hosts):
+        raise ConfigValueError(f"config.rl.mini_batch_size: train.micro_batch_size = -1 needs a mini-batch that is a "
+                               f"multiple of {math.lcm(div, hosts)} (the data x fsdp mesh size {div} and {hosts} "
+                               f"host(s)) on {devices} devices (got {config.rl.mini_batch_size})")
+    return shape
 
 
 def _get(config, dotted: str):

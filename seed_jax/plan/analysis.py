@@ -12,7 +12,12 @@ Per program and per device:
 rows (from one host's share of the update's tasks x group size down to one row per sampler row
 shard; a wave is one host's `generate` call, on its own devices) whose prefill
 and decode fit (`choose_wave_rows`: all rows first, then a bisection, memory growing with the
-rows), and plans the run with it; the launch runs with the plan's choice.
+rows), and plans the run with it; the launch runs with the plan's choice. The same for
+``analysis.batch_size = -1`` (the self-analysis sampler's prefill and decode, over the same row
+candidates: a host analyses its share of the update's trajectories) and
+``train.micro_batch_size = -1`` (the train step and log-prob passes, over the multiples of
+``lcm(data x fsdp, hosts)`` dividing ``rl.mini_batch_size``:
+`seed_jax.pipeline.auto_sizes.micro_batch_candidates`), each by `choose_largest`.
 
 ``flops`` are the compiled program's matmul FLOPs (dot / convolution), rematerialised forwards
 included; XLA's own ``cost_analysis()['flops']`` (which counts loop bodies once) is kept beside it
@@ -35,11 +40,12 @@ import jax.numpy as jnp
 from seed_jax.buckets import row_bucket
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.model import resolve_model_path
+from seed_jax.pipeline.auto_sizes import AUTO, micro_batch_candidates
 from seed_jax.pipeline.runtime import random_model_config
 from seed_jax.plan import hlo
 from seed_jax.plan.programs import PlanConfigError, Program, host_rollout_rows, run_programs, sampler_buckets
 from seed_jax.plan.targets import Target, host_devices_of
-from seed_jax.train.mesh import auto_fsdp, make_mesh
+from seed_jax.train.mesh import auto_fsdp, batch_divisor, make_mesh
 
 HEADROOM = 0.05
 GB = 1e9
@@ -105,9 +111,10 @@ class ProgramPlan:
 
 
 @dataclasses.dataclass
-class WaveChoice:
-    """``rows``: the largest wave whose rollout programs fit (None: not even ``tried``'s smallest);
-    ``tried``: rows -> whether prefill and decode fit, for every wave compiled."""
+class SizeChoice:
+    """The plan's choice of a size left at -1 (a wave, a micro-batch, an analysis batch): ``rows``,
+    the largest whose programs fit (None: not even ``tried``'s smallest); ``tried``: rows ->
+    whether its programs fit, for every size compiled."""
 
     rows: int | None
     tried: dict[int, bool]
@@ -122,7 +129,9 @@ class Plan:
     model: dict
     approximate_memory: bool
     programs: list[ProgramPlan]
-    waves: WaveChoice | None = None  # the plan's choice of rollout.wave_rows (asked for with -1)
+    waves: SizeChoice | None = None  # the plan's choice of rollout.wave_rows (asked for with -1)
+    micro_batch: SizeChoice | None = None  # of train.micro_batch_size (asked for with -1)
+    analysis_batch: SizeChoice | None = None  # of analysis.batch_size (asked for with -1)
     buckets: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)  # sampler (rows, prompt)
 
     @property
@@ -218,19 +227,32 @@ def target_mesh(config, target: Target):
 
 
 WAVE_AUTO = -1  # rollout.wave_rows: the plan chooses
+CHOICE_KEYS = {"waves": "rollout.wave_rows", "micro_batch": "train.micro_batch_size",
+               "analysis_batch": "analysis.batch_size"}  # Plan field -> the config key it chooses
+MICRO_PROGRAMS = {"train_step", "logprobs", "teacher_logprobs"}  # the programs a micro-batch sizes
+
+
+def with_key(config, dotted: str, value):
+    """A copy of ``config`` with the dotted key set to ``value``."""
+    c = copy.deepcopy(config)
+    *parents, leaf = dotted.split(".")
+    node = c
+    for part in parents:
+        node = node[part]
+    node[leaf] = value
+    return c
 
 
 def with_wave_rows(config, rows: int):
     """A copy of ``config`` with ``rollout.wave_rows = rows``."""
-    c = copy.deepcopy(config)
-    c.rollout.wave_rows = rows
-    return c
+    return with_key(config, "rollout.wave_rows", rows)
 
 
 def wave_candidates(config, target: Target) -> list[int]:
     """Powers of two of rows, largest first: from one host's share of the update's rollouts
     (``rl.tasks_per_update x rollout.group_size`` over the target's hosts, rounded up) down to
-    one row per sampler row shard (a host's devices over ``sampler.tensor_parallel``)."""
+    one row per sampler row shard (a host's devices over ``sampler.tensor_parallel``). The
+    candidates of a wave and of a self-analysis batch (one skill per trajectory)."""
     hosts = target_hosts(target)
     top = row_bucket(host_rollout_rows(with_wave_rows(config, 0), hosts))
     least = min(top, row_bucket(max(1, target.num_devices // hosts // max(1, config.sampler.tensor_parallel))))
@@ -240,27 +262,19 @@ def wave_candidates(config, target: Target) -> list[int]:
     return out
 
 
-def choose_wave_rows(config, target: Target, model_cfg: ModelConfig, mesh, progress=None, sampler_devices=None
-                     ) -> tuple[WaveChoice, dict[int, list[ProgramPlan]]]:
-    """The largest of `wave_candidates` whose rollout prefill and decode fit ``target``: the largest
-    first, then by bisection (a wave that fits has every smaller one fit); also the plans compiled
-    on the way. ``sampler_devices``: one host's devices (default `host_devices_of` the target)."""
-    sampler_devices = sampler_devices or host_devices_of(target)
-    cands = wave_candidates(config, target)
+def choose_largest(cands: list[int], plans_of) -> tuple[SizeChoice, dict[int, list[ProgramPlan]]]:
+    """The largest of ``cands`` (largest first) whose programs ``plans_of(size)`` all fit: the
+    largest first, then by bisection (memory grows with the size, so a size that fits has every
+    smaller one fit); also the plans compiled on the way."""
     plans: dict[int, list[ProgramPlan]] = {}
 
-    def fits(rows: int) -> bool:
-        if rows not in plans:
-            plans[rows] = []
-            for p in run_programs(with_wave_rows(config, rows), model_cfg, mesh, {"rollout"},
-                                  hosts=target_hosts(target), sampler_devices=sampler_devices):
-                if progress is not None:
-                    progress(f"{p.name} ({rows} rows per wave)")
-                plans[rows].append(measure(p, target))
-        return all(p.fits for p in plans[rows])
+    def fits(size: int) -> bool:
+        if size not in plans:
+            plans[size] = plans_of(size)
+        return all(p.fits for p in plans[size])
 
-    if fits(cands[0]):  # all rows at once: the plan without waves (often the case)
-        return WaveChoice(cands[0], {cands[0]: True}), plans
+    if fits(cands[0]):  # the largest at once (often the case)
+        return SizeChoice(cands[0], {cands[0]: True}), plans
     lo, hi = 1, len(cands)  # the answer's index lies in [lo, hi]; len(cands): none fits
     while lo < hi:
         mid = (lo + hi) // 2
@@ -269,7 +283,35 @@ def choose_wave_rows(config, target: Target, model_cfg: ModelConfig, mesh, progr
         else:
             lo = mid + 1
     chosen = cands[lo] if lo < len(cands) else None
-    return WaveChoice(chosen, {r: all(p.fits for p in plans[r]) for r in sorted(plans, reverse=True)}), plans
+    return SizeChoice(chosen, {r: all(p.fits for p in plans[r]) for r in sorted(plans, reverse=True)}), plans
+
+
+def _measured(config, key: str, target: Target, model_cfg: ModelConfig, mesh, names: set[str], progress,
+              sampler_devices, what: str):
+    """``plans_of(size)`` for `choose_largest`: the programs in ``names`` of ``config`` with ``key = size``."""
+    def plans_of(size: int) -> list[ProgramPlan]:
+        out = []
+        for p in run_programs(with_key(config, key, size), model_cfg, mesh, names, hosts=target_hosts(target),
+                              sampler_devices=sampler_devices):
+            if progress is not None:
+                progress(f"{p.name} ({size} {what})")
+            out.append(measure(p, target))
+        return out
+    return plans_of
+
+
+def choose_wave_rows(config, target: Target, model_cfg: ModelConfig, mesh, progress=None, sampler_devices=None
+                     ) -> tuple[SizeChoice, dict[int, list[ProgramPlan]]]:
+    """The largest of `wave_candidates` whose rollout prefill and decode fit ``target`` (`choose_largest`);
+    ``sampler_devices``: one host's devices (default `host_devices_of` the target)."""
+    sampler_devices = sampler_devices or host_devices_of(target)
+    return choose_largest(wave_candidates(config, target), _measured(
+        config, "rollout.wave_rows", target, model_cfg, mesh, {"rollout"}, progress, sampler_devices,
+        "rows per wave"))
+
+
+def _wanted(names: set[str] | None, group: str) -> bool:
+    return names is None or any(n == group or n.startswith(group + "_") for n in names)
 
 
 def plan_run(config, target: Target, names: set[str] | None = None, progress=None,
@@ -278,21 +320,45 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
 
     ``progress(name)``, when given, is called before each compile (they can take minutes);
     ``stop_at_misfit``: stop after the first program that does not fit (the train step first).
-    With ``rollout.wave_rows = -1`` the rollout programs are those of the plan's wave
-    (`choose_wave_rows`; the smallest wave when none fits).
+    With ``rollout.wave_rows``, ``train.micro_batch_size`` or ``analysis.batch_size`` at -1 the
+    programs they size are those of the plan's choice (`choose_largest`; the smallest candidate
+    when none fits, or when none of the programs it sizes is asked for).
     """
     model_cfg = model_config_of(config)
     mesh = target_mesh(config, target)
+    hosts = target_hosts(target)
     sampler_devices = host_devices_of(target)  # one host's devices (on a TPU slice: a one-host topology)
-    waves, wave_plans = None, {}
+    auto = {}  # field -> (candidates, the programs they size, what a size counts, the size when none is planned)
     if config.rollout.wave_rows == WAVE_AUTO:
-        if names is None or any(n == "rollout" or n.startswith("rollout_") for n in names):
-            waves, wave_plans = choose_wave_rows(config, target, model_cfg, mesh, progress, sampler_devices)
-        config = with_wave_rows(config, waves.rows or min(waves.tried) if waves else 0)
-    done = {p.name: p for p in wave_plans.get(config.rollout.wave_rows, [])}
+        auto["waves"] = (wave_candidates(config, target), {"rollout"}, "rows per wave", 0)
+    if config.train.micro_batch_size == AUTO:
+        cands = micro_batch_candidates(config.rl.mini_batch_size, batch_divisor(mesh), hosts)
+        if not cands:
+            raise PlanConfigError(f"config.rl.mini_batch_size: train.micro_batch_size = -1 needs a multiple of "
+                                  f"{math.lcm(batch_divisor(mesh), hosts)} on {target.spec} "
+                                  f"(got {config.rl.mini_batch_size})")
+        auto["micro_batch"] = (cands, MICRO_PROGRAMS, "rows per micro-batch", cands[-1])
+    if config.analysis.batch_size == AUTO:
+        cands = wave_candidates(config, target)
+        auto["analysis_batch"] = (cands, {"analysis"} if config.analysis.analyzer == "self" else set(),
+                                  "rows per analysis call", cands[-1])
+    for field, (_, _, _, fallback) in auto.items():  # each choice compiles only its programs: the others' size
+        config = with_key(config, CHOICE_KEYS[field], fallback)  # is only a placeholder meanwhile
+    choices: dict[str, SizeChoice] = {}
+    done: dict[str, ProgramPlan] = {}
+    sizes = {}
+    for field, (cands, group, what, fallback) in auto.items():
+        wanted = {n for n in group if _wanted(names, n)}
+        sizes[field] = fallback
+        if wanted:
+            choices[field], plans = choose_largest(cands, _measured(
+                config, CHOICE_KEYS[field], target, model_cfg, mesh, wanted, progress, sampler_devices, what))
+            sizes[field] = choices[field].rows or min(choices[field].tried)
+            done.update({p.name: p for p in plans[sizes[field]]})
+    for field, size in sizes.items():
+        config = with_key(config, CHOICE_KEYS[field], size)
     programs = []
-    for p in run_programs(config, model_cfg, mesh, names, hosts=target_hosts(target),
-                          sampler_devices=sampler_devices):
+    for p in run_programs(config, model_cfg, mesh, names, hosts=hosts, sampler_devices=sampler_devices):
         if p.name in done:
             programs.append(done[p.name])
         else:
@@ -304,8 +370,8 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
     model = {"layers": model_cfg.num_layers, "hidden": model_cfg.hidden_size, "vocab": model_cfg.vocab_size,
              "dtype": model_cfg.dtype, "param_dtype": model_cfg.param_dtype, "remat": model_cfg.remat,
              "attention": getattr(model_cfg, "attention", "reference")}
-    return Plan(target.spec, target.num_devices, target_hosts(target), dict(mesh.shape), model,
-                target.approximate_memory, programs, waves, sampler_buckets(config, mesh, target_hosts(target)))
+    return Plan(target.spec, target.num_devices, hosts, dict(mesh.shape), model, target.approximate_memory, programs,
+                buckets=sampler_buckets(config, mesh, hosts), **choices)
 
 
 # The config keys that size each program (the misfit line names them).
@@ -368,10 +434,13 @@ def format_plan(plan: Plan) -> str:
         rows, lens = sorted({r for r, _ in pairs}), sorted({n for _, n in pairs})
         lines.append(f"{name} sampler buckets the run may compile: rows {rows} x prompt lengths {lens[0]}..{lens[-1]} "
                      f"({len(lens)}) = {len(pairs)} (prefill, decode) pairs (the plan compiles the largest)")
-    if plan.waves is not None:
-        tried = ", ".join(f"{r} {'fits' if ok else 'does not'}" for r, ok in plan.waves.tried.items())
-        lines.append(f"rollout.wave_rows = -1: the plan's wave is {plan.waves.rows or 'none'} "
-                     f"rows (tried: {tried})" + ("" if plan.waves.rows else "; the smallest one is shown"))
+    for field, key in CHOICE_KEYS.items():
+        choice = getattr(plan, field)
+        if choice is not None:
+            tried = ", ".join(f"{r} {'fits' if ok else 'does not'}" for r, ok in choice.tried.items())
+            what = {"waves": "wave", "micro_batch": "micro-batch", "analysis_batch": "analysis batch"}[field]
+            lines.append(f"{key} = -1: the plan's {what} is {choice.rows or 'none'} "
+                         f"rows (tried: {tried})" + ("" if choice.rows else "; the smallest one is shown"))
     if not plan.fits:
         lines.append(misfit_message(plan))
     lines.append(f"fits: {'yes' if plan.fits else 'no'}")

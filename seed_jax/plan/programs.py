@@ -193,7 +193,9 @@ def sampler_programs(label: str, model_cfg: ModelConfig, rows: int, prompt_len: 
     the cache created sharded)."""
     spec = sampling.SamplerSpec(backend=backend, tensor_parallel=tensor_parallel,
                                 prefill_scratch_bytes=scratch_bytes, devices=tuple(devices))
-    lowered = sampling.lower_programs(model_cfg, sampling.resolve_layout(spec), rows, prompt_len, sp)
+    layout = sampling.resolve_layout(spec)
+    rows = round_to_multiple(rows, layout.row_shards)  # as `generate` fills its rows (fewer rows than shards too)
+    lowered = sampling.lower_programs(model_cfg, layout, rows, prompt_len, sp)
     note = f"{rows} rows x {prompt_len} prompt + {sp.max_new_tokens} new tokens ({backend} sampler)"
     return [Program(f"{label}_prefill", None, (), note, lowered=lowered["prefill"]),
             Program(f"{label}_decode", None, (), f"{note}; one chunk of {sp.chunk} steps",

@@ -9,7 +9,9 @@ Spellings (``--target=``):
   devices standing in for the GPUs, with the GPU's figures from `HARDWARE`. XLA:CPU compiles, so
   memory figures are approximate (no GPU fusion or memory scheduling).
 - ``cpu:<n>``: ``n`` CPU devices, the host's RAM as memory.
-- ``native``: the devices this process has (`native_target`), e.g. the run's GPUs or TPU slice.
+- ``native``: the devices this process has (`native_target`), e.g. the run's GPUs or TPU slice; its
+  chip, generation and (TPU) topology come from the devices' ``device_kind`` (`hardware_key`) and
+  coordinates, never from a spelling.
 
 CPU devices beyond the first come from ``--xla_force_host_platform_device_count`` (XLA_FLAGS),
 which must be set before JAX starts its CPU backend: `require_cpu_devices` sets it or says why not.
@@ -54,6 +56,9 @@ HARDWARE: dict[str, Chip] = {
 DEVICE_KINDS = {"TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5": "v5p", "TPU v5p": "v5p",
                 "TPU v6 lite": "v6e", "TPU v6e": "v6e", "NVIDIA H100 80GB HBM3": "h100", "NVIDIA H200": "h200",
                 "NVIDIA A100-SXM4-80GB": "a100", "NVIDIA L4": "l4"}
+# axes of a TPU generation's topology name (v5e 4x4, v5p 2x2x2); its devices' coords always have 3
+TOPOLOGY_AXES = {"v4": 3, "v5p": 3, "v5e": 2, "v6e": 2}
+_GPU_NAME = re.compile(r"\b(h100|h200|a100|l4)\b")
 
 
 class TargetError(ValueError):
@@ -64,10 +69,13 @@ class TargetError(ValueError):
 class Target:
     """Devices to compile for and the chip figures of one device."""
 
-    spec: str
+    spec: str  # a label: the --target spelling, or one made for native devices (never parsed)
     devices: tuple
     chip: Chip
     approximate_memory: bool = False  # XLA:CPU stands in for the real compiler
+    generation: str | None = None  # HARDWARE key of the chips (v5e, h100), None when unknown
+    topology: str | None = None  # TPU: the slice's shape as libtpu names it (4x4, 2x2x2)
+    process_index: int = 0  # the host this process plays: its devices run its sampler
 
     @property
     def num_devices(self) -> int:
@@ -130,14 +138,15 @@ def parse_target(spec: str) -> Target:
             raise TargetError(f"--target={spec}: expected tpu:<generation>:<topology> with generation one of "
                               f"{[k for k in HARDWARE if k.startswith('v')]}, e.g. tpu:v5e:4x4")
         devices = _tpu_devices(rest)
-        return Target(spec, devices, HARDWARE[gen])
+        return Target(spec, devices, HARDWARE[gen], generation=gen, topology=rest.split(":", 1)[1])
     if kind == "gpu":
         m = re.fullmatch(r"([a-z0-9]+)x(\d+)", rest)
         gpus = [k for k in HARDWARE if not k.startswith("v")]
         if not m or m.group(1) not in gpus or int(m.group(2)) < 1:
             raise TargetError(f"--target={spec}: expected gpu:<kind>x<n> with kind one of {gpus}, e.g. gpu:h100x8")
         n = int(m.group(2))
-        return Target(spec, tuple(require_cpu_devices(n)), HARDWARE[m.group(1)], approximate_memory=True)
+        return Target(spec, tuple(require_cpu_devices(n)), HARDWARE[m.group(1)], approximate_memory=True,
+                      generation=m.group(1))
     if kind == "cpu":
         if not re.fullmatch(r"\d+", rest) or int(rest) < 1:
             raise TargetError(f"--target={spec}: expected cpu:<n> with n >= 1, e.g. cpu:8")
@@ -146,36 +155,72 @@ def parse_target(spec: str) -> Target:
     raise TargetError(f"--target={spec}: expected tpu:<topology>, gpu:<kind>x<n>, cpu:<n> or native")
 
 
+def hardware_key(device_kind: str) -> str | None:
+    """The `HARDWARE` key of a jax ``device_kind``: `DEVICE_KINDS`, else a GPU's model name in it
+    (``NVIDIA H100 PCIe`` -> ``h100``); None for a chip without figures."""
+    if device_kind in DEVICE_KINDS:
+        return DEVICE_KINDS[device_kind]
+    m = _GPU_NAME.search(device_kind.lower())
+    return m.group(1) if m else None
+
+
+def compile_only(device) -> bool:
+    """Whether ``device`` is one of a compile-only topology's (`_tpu_devices`), not attached to this process."""
+    return getattr(getattr(device, "client", None), "runtime_type", "") == "compile_only_runtime"
+
+
+def topology_of(devices, generation: str | None) -> str | None:
+    """The TPU slice shape of ``devices`` as libtpu names it (``4x4`` for v5e, ``2x2x2`` for v5p):
+    the extent of their chip coordinates over the generation's `TOPOLOGY_AXES`; None off TPU or
+    for a generation without an entry."""
+    axes = TOPOLOGY_AXES.get(generation or "")
+    coords = [tuple(getattr(d, "coords", ())) for d in devices]
+    if axes is None or not coords or any(len(c) < axes for c in coords):
+        return None
+    return "x".join(str(max(c[i] for c in coords) - min(c[i] for c in coords) + 1) for i in range(axes))
+
+
 def host_devices_of(target: Target) -> tuple:
-    """Devices standing for one host of ``target`` (where a host's sampler runs): the first
-    host's devices; for a TPU topology of several hosts, the devices of a one-host topology of
-    the same chips and shape (XLA:TPU compiles a program only for devices numbered from 0, and
-    a host of a larger slice holds others, e.g. 0, 1, 4, 5 of v5e 4x4)."""
-    first = getattr(target.devices[0], "process_index", 0)
-    mine = tuple(d for d in target.devices if getattr(d, "process_index", 0) == first)
-    if len(mine) == len(target.devices) or not target.spec.startswith("tpu:"):
+    """Devices standing for one host of ``target`` (where a host's sampler runs): the devices of
+    ``target.process_index``; when those are compile-only TPU devices of a slice of several hosts,
+    the devices of a one-host topology of the same chips and shape instead (XLA:TPU compiles a
+    program only for devices numbered from 0, and a host of a larger slice holds others, e.g.
+    0, 1, 4, 5 of v5e 4x4). A run's own devices (native, attached) are that host's devices."""
+    mine = tuple(d for d in target.devices if getattr(d, "process_index", 0) == target.process_index)
+    if not mine:
+        raise TargetError(f"{target.spec}: no device of process {target.process_index}")
+    if len(mine) == len(target.devices) or target.topology is None or not compile_only(mine[0]):
         return mine
-    gen, topology = target.spec.split(":", 2)[1:]
-    coords = [list(d.coords) for d in mine]
-    extent = [max(c[i] for c in coords) - min(c[i] for c in coords) + 1 for i in range(len(coords[0]))]
-    dims = len(topology.split("x"))
-    return _tpu_devices(f"{gen}:{'x'.join(str(n) for n in extent[:dims])}")
+    return _tpu_devices(f"{target.generation}:{topology_of(mine, target.generation)}")
 
 
-def native_target(devices=None) -> Target:
-    """The devices of this process (default ``jax.devices()``), with the memory each reports."""
+def native_target(devices=None, process_index: int | None = None) -> Target:
+    """The devices of this process (default ``jax.devices()``), with the memory each reports: chip
+    figures of their ``device_kind`` (`hardware_key`), on TPU the slice's `topology_of` their
+    coordinates; the label is a target spelling (``tpu:v5e:4x4``, ``gpu:h100x8``) when the chip is
+    known. ``process_index``: the host this process plays (default ``jax.process_index()``)."""
     devices = tuple(devices if devices is not None else jax.devices())
     d = devices[0]
+    if process_index is None:
+        process_index = jax.process_index()
     if d.platform == "cpu":
-        return Target(f"cpu:{len(devices)}", devices, cpu_chip(len(devices)), approximate_memory=True)
-    key = DEVICE_KINDS.get(d.device_kind)
+        return Target(f"cpu:{len(devices)}", devices, cpu_chip(len(devices)), approximate_memory=True,
+                      process_index=process_index)
+    key = hardware_key(d.device_kind)
     chip = HARDWARE.get(key) if key else None
     try:
         limit = (d.memory_stats() or {}).get("bytes_limit")
-    except Exception:  # some backends report no memory statistics
+    except Exception:  # some backends (and compile-only devices) report no memory statistics
         limit = None
     if chip is None:
         chip = Chip(float(limit or 16 * GiB), 100e12, 1e12, 100e9)
     elif limit:
         chip = dataclasses.replace(chip, hbm=float(limit))
-    return Target(f"{d.platform}:{d.device_kind}x{len(devices)}", devices, chip)
+    topology = topology_of(devices, key) if d.platform == "tpu" else None
+    if d.platform == "tpu" and topology:
+        spec = f"tpu:{key}:{topology}"
+    elif key and d.platform != "tpu":
+        spec = f"{d.platform}:{key}x{len(devices)}"
+    else:
+        spec = f"{d.platform}:{d.device_kind}x{len(devices)}"
+    return Target(spec, devices, chip, generation=key, topology=topology, process_index=process_index)

@@ -44,17 +44,37 @@ PARAM_RULES: tuple[tuple[str, P], ...] = (
 )
 
 
-def auto_fsdp(devices: Sequence[jax.Device], tensor: int, hosts: int) -> int:
-    """The 'fsdp' size of ``mesh.fsdp = -1``: the devices one fast interconnect joins, over
-    ``tensor``. TPU: a whole slice (ICI spans the slice's hosts; several slices, i.e. DCN between
-    them, count the devices of one ``slice_index``); GPU / CPU: one host's devices (NVLink
-    within a node, data parallel across nodes)."""
+def interconnect_devices(devices: Sequence[jax.Device], hosts: int) -> int:
+    """The devices one fast interconnect joins: TPU, a whole slice (ICI spans the slice's hosts;
+    several slices, i.e. DCN between them, count the devices of one ``slice_index``); GPU / CPU,
+    one host's devices (NVLink within a node, data parallel across nodes)."""
     n = len(devices)
     if devices and devices[0].platform == "tpu":
-        per_domain = n // slice_groups(devices)
-    else:
-        per_domain = n // max(1, hosts)
-    return max(1, per_domain // tensor)
+        return n // slice_groups(devices)
+    return n // max(1, hosts)
+
+
+def auto_fsdp(devices: Sequence[jax.Device], tensor: int, hosts: int) -> int:
+    """The 'fsdp' size of ``mesh.fsdp = -1``: the `interconnect_devices` over ``tensor``."""
+    return max(1, interconnect_devices(devices, hosts) // tensor)
+
+
+def mesh_shape(num_devices: int, data: int | None, fsdp: int, tensor: int, domain: int) -> tuple[int, int, int]:
+    """``(data, fsdp, tensor)`` of a mesh over ``num_devices`` devices (`make_mesh`'s arithmetic, no
+    devices needed): ``fsdp = -1`` is ``max(1, domain // tensor)`` (``domain``: `interconnect_devices`),
+    ``data = None`` (or -1) the rest; `ValueError` when the axes do not multiply to the device count."""
+    if fsdp == -1:
+        fsdp = max(1, domain // tensor)
+    if data == -1:
+        data = None
+    if fsdp < 1 or tensor < 1 or num_devices % (fsdp * tensor):
+        raise ValueError(f"fsdp={fsdp} x tensor={tensor} must divide the device count {num_devices}")
+    if data is None:
+        data = num_devices // (fsdp * tensor)
+    if data < 1 or data * fsdp * tensor != num_devices:
+        raise ValueError(f"mesh data={data} x fsdp={fsdp} x tensor={tensor} = "
+                         f"{data * fsdp * tensor} does not match the device count {num_devices}")
+    return data, fsdp, tensor
 
 
 def make_mesh(data: int | None = None, fsdp: int = 1, tensor: int = 1,
@@ -65,18 +85,9 @@ def make_mesh(data: int | None = None, fsdp: int = 1, tensor: int = 1,
     slices make a hybrid mesh (`slice_groups`): 'data' split first across the slices (DCN), so
     'fsdp' and 'tensor' stay within one slice's ICI."""
     devices = list(devices if devices is not None else jax.devices())
-    n = len(devices)
     if fsdp == -1:
         fsdp = auto_fsdp(devices, tensor, jax.process_count())
-    if data == -1:
-        data = None
-    if fsdp < 1 or tensor < 1 or n % (fsdp * tensor):
-        raise ValueError(f"fsdp={fsdp} x tensor={tensor} must divide the device count {n}")
-    if data is None:
-        data = n // (fsdp * tensor)
-    if data < 1 or data * fsdp * tensor != n:
-        raise ValueError(f"mesh data={data} x fsdp={fsdp} x tensor={tensor} = "
-                         f"{data * fsdp * tensor} does not match the device count {n}")
+    data, fsdp, tensor = mesh_shape(len(devices), data, fsdp, tensor, len(devices))
     slices = slice_groups(devices)
     if slices > 1:
         if data % slices:
