@@ -110,6 +110,102 @@ def test_hlo_collectives_flops_and_trip_counts_of_nested_loops():
     assert st.flops == 3 * 2 * 4 * 32 * 64
 
 
+# XLA:TPU's async collective fusion, as it writes a layer's weight all-gather inside a loop of 5
+# trips: the gather in the start fusion, again in a fusion of compute overlapping it and in the
+# done fusion (one channel_id); a reduce-scatter as an all-reduce inside an all-reduce-scatter fusion.
+ASYNC_FUSION_HLO = """\
+HloModule async_fusions
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%start_body (s0: bf16[16,64]) -> (bf16[16,64], bf16[64,64], u32[]) {
+  %s0 = bf16[16,64]{1,0} parameter(0)
+  %ag1 = bf16[64,64]{1,0} all-gather(%s0), channel_id=7, replica_groups=[1,4]<=[4], dimensions={0}
+  ROOT %cs = (bf16[16,64]{1,0}, bf16[64,64]{1,0}, u32[]) custom-call(%ag1), custom_call_target="AsyncCollectiveStart"
+}
+
+%overlap_body (o0: bf16[16,64], o1: bf16[64,64], o2: u32[], o3: f32[8,64]) -> (f32[8,64], bf16[16,64], bf16[64,64], u32[]) {
+  %o0 = bf16[16,64]{1,0} parameter(0)
+  %o1 = bf16[64,64]{1,0} parameter(1)
+  %o2 = u32[] parameter(2)
+  %o3 = f32[8,64]{1,0} parameter(3)
+  %ag2 = bf16[64,64]{1,0:S(1)} all-gather(%o0), channel_id=7, replica_groups=[1,4]<=[4], dimensions={0}
+  %t = f32[8,64]{1,0} tanh(%o3)
+  ROOT %ot = (f32[8,64]{1,0}, bf16[16,64]{1,0}, bf16[64,64]{1,0}, u32[]) tuple(%t, %o0, %ag2, %o2)
+}
+
+%done_body (d0: bf16[16,64], d1: bf16[64,64], d2: u32[]) -> bf16[64,64] {
+  %d0 = bf16[16,64]{1,0} parameter(0)
+  %d1 = bf16[64,64]{1,0} parameter(1)
+  %d2 = u32[] parameter(2)
+  %ag3 = bf16[64,64]{1,0} all-gather(%d0), channel_id=7, replica_groups=[1,4]<=[4], dimensions={0}
+  ROOT %cd = bf16[64,64]{1,0} custom-call(%d0, %d1, %ag3, %d2), custom_call_target="AsyncCollectiveDone"
+}
+
+%all-reduce-scatter.3 (r0: f32[64,64]) -> f32[16,64] {
+  %r0 = f32[64,64]{1,0} parameter(0)
+  %ar = f32[64,64]{1,0} all-reduce(%r0), channel_id=7, replica_groups={{0,1,2,3}}, to_apply=%add
+  %pid = u32[] partition-id()
+  %z = u32[] constant(0)
+  ROOT %sl = f32[16,64]{1,0} dynamic-slice(%ar, %pid, %z), dynamic_slice_sizes={16,64}
+}
+
+%body (bp: (s32[], bf16[16,64], f32[8,64], f32[64,64])) -> (s32[], bf16[16,64], f32[8,64], f32[64,64]) {
+  %bp = (s32[], bf16[16,64]{1,0}, f32[8,64]{1,0}, f32[64,64]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%bp), index=0
+  %w = bf16[16,64]{1,0} get-tuple-element(%bp), index=1
+  %x = f32[8,64]{1,0} get-tuple-element(%bp), index=2
+  %g = f32[64,64]{1,0} get-tuple-element(%bp), index=3
+  %st = (bf16[16,64]{1,0}, bf16[64,64]{1,0}, u32[]) fusion(%w), kind=kCustom, calls=%start_body
+  %st0 = bf16[16,64]{1,0} get-tuple-element(%st), index=0
+  %st1 = bf16[64,64]{1,0} get-tuple-element(%st), index=1
+  %st2 = u32[] get-tuple-element(%st), index=2
+  %ov = (f32[8,64]{1,0}, bf16[16,64]{1,0}, bf16[64,64]{1,0}, u32[]) fusion(%st0, %st1, %st2, %x), kind=kOutput, calls=%overlap_body
+  %ov1 = bf16[16,64]{1,0} get-tuple-element(%ov), index=1
+  %ov2 = bf16[64,64]{1,0} get-tuple-element(%ov), index=2
+  %ov3 = u32[] get-tuple-element(%ov), index=3
+  %x2 = f32[8,64]{1,0} get-tuple-element(%ov), index=0
+  %gathered = bf16[64,64]{1,0} fusion(%ov1, %ov2, %ov3), kind=kCustom, calls=%done_body
+  %rs = f32[16,64]{1,0} fusion(%g), kind=kCustom, calls=%all-reduce-scatter.3
+  %one = s32[] constant(1)
+  %n = s32[] add(%i, %one)
+  ROOT %r = (s32[], bf16[16,64]{1,0}, f32[8,64]{1,0}, f32[64,64]{1,0}) tuple(%n, %w, %x2, %g)
+}
+
+%cond (cp: (s32[], bf16[16,64], f32[8,64], f32[64,64])) -> pred[] {
+  %cp = (s32[], bf16[16,64]{1,0}, f32[8,64]{1,0}, f32[64,64]{1,0}) parameter(0)
+  %ci = s32[] get-tuple-element(%cp), index=0
+  %lim = s32[] constant(5)
+  ROOT %lt = pred[] compare(%ci, %lim), direction=LT
+}
+
+ENTRY %main (w: bf16[16,64], x: f32[8,64], g: f32[64,64]) -> f32[8,64] {
+  %w = bf16[16,64]{1,0} parameter(0)
+  %x = f32[8,64]{1,0} parameter(1)
+  %g = f32[64,64]{1,0} parameter(2)
+  %zero = s32[] constant(0)
+  %t0 = (s32[], bf16[16,64]{1,0}, f32[8,64]{1,0}, f32[64,64]{1,0}) tuple(%zero, %w, %x, %g)
+  %loop = (s32[], bf16[16,64]{1,0}, f32[8,64]{1,0}, f32[64,64]{1,0}) while(%t0), condition=%cond, body=%body
+  ROOT %out = f32[8,64]{1,0} get-tuple-element(%loop), index=2
+}
+"""
+
+
+def test_hlo_async_collective_fusion_counts_its_collective_once_per_trip():
+    """The gather written three times (start, overlap, done fusions) is one 64 x 64 bf16 all-gather
+    per trip; the all-reduce-scatter fusion one reduce-scatter of its 64 x 64 f32 input (reusing
+    channel 7 with another shape: a different collective); 5 trips, groups of 4."""
+    st = hlo.analyze(ASYNC_FUSION_HLO, num_devices=4)
+    assert st.collective_bytes["all-gather"] == 5 * 64 * 64 * 2
+    assert st.collective_bytes["reduce-scatter"] == 5 * 64 * 64 * 4
+    assert st.collective_bytes["all-reduce"] == 0
+    assert st.link_bytes == pytest.approx(0.75 * 5 * (64 * 64 * 2 + 64 * 64 * 4))
+
+
 def test_hlo_kernel_flops_from_their_declared_cost_estimates():
     """A Pallas kernel (custom call) adds the FLOPs its backend config declares, once per trip; one
     declaring none is listed, so the plan can say its MFU is a floor."""
@@ -313,6 +409,123 @@ def test_dot_product_attention_compiles_to_the_flash_kernel_for_tpu():
     got = {int(t): (int(n), s == "True") for t, n, s in (line.split() for line in r.stdout.strip().splitlines())}
     assert got[384][0] >= 3 and got[384][1] is False
     assert got[200] == (0, True)
+
+
+FUSED_COLLECTIVES_ON_TPU = """
+import json
+import jax, jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from seed_jax.plan import hlo
+from seed_jax.train.xla_setup import configure
+configure(None, gpu=False, tpu=True)  # the run's libtpu flags: async collective fusions on
+mesh = Mesh(topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices, ("fsdp",))
+L, H = 6, 512
+whole, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("fsdp"))
+ws = NamedSharding(mesh, P(None, "fsdp", None))
+def three(w1, w2, w3, x):  # each layer gathers its three weights
+    def body(x, w):
+        a, b, c = (jax.lax.with_sharding_constraint(v, whole) for v in w)
+        return jnp.tanh(jnp.tanh(jnp.tanh(x @ a) @ b) @ c), None
+    return jax.lax.scan(body, x, (w1, w2, w3))[0]
+def loss(w, x):
+    return jax.lax.scan(lambda x, wl: (jnp.tanh(x @ jax.lax.with_sharding_constraint(wl, whole)), None), x, w)[0].sum()
+w = jax.ShapeDtypeStruct((L, H, H), jnp.bfloat16, sharding=ws)
+x = jax.ShapeDtypeStruct((256, H), jnp.bfloat16, sharding=rows)
+fwd = jax.jit(three).lower(w, w, w, x).compile().as_text()
+w32 = jax.ShapeDtypeStruct((L, H, H), jnp.float32, sharding=ws)
+x32 = jax.ShapeDtypeStruct((256, H), jnp.float32, sharding=rows)
+grad = jax.jit(jax.grad(loss), out_shardings=ws).lower(w32, x32).compile().as_text()
+out = {}
+for name, text in (("fwd", fwd), ("grad", grad)):
+    st = hlo.analyze(text, 4)
+    out[name] = {"bytes": st.collective_bytes, "link": st.link_bytes, "async_fusions": text.count("AsyncCollectiveStart"),
+                 "rs_fusions": text.count("calls=%all-reduce-scatter")}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not _libtpu(), reason='libtpu is not installed (pip install -e ".[tpu-aot]")')
+def test_collectives_inside_tpu_fusions_are_counted_once_each():
+    """Hand count, L = 6 layers of H x H = 512 x 512 weights sharded over 4 v5e chips. Forward of
+    three weights per layer (bf16): each is gathered whole once per layer, 3 L H^2 2 bytes; XLA:TPU
+    puts at least one in an async collective fusion (the same all-gather written in its start,
+    overlap and done fusions: one collective). The gradient of one f32 weight per layer, sharded
+    like the weight: L H^2 4 bytes reduce-scattered (XLA:TPU: an all-reduce inside an
+    all-reduce-scatter fusion), no all-reduce. Link bytes: (n-1)/n = 3/4 of each."""
+    r = _run(["-c", FUSED_COLLECTIVES_ON_TPU], env={"JAX_PLATFORMS": "", "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    L, H = 6, 512
+    fwd, grad = out["fwd"], out["grad"]
+    assert fwd["async_fusions"] >= 1 and grad["rs_fusions"] >= 1  # the layouts this test is about
+    assert fwd["bytes"]["all-gather"] == 3 * L * H * H * 2
+    assert fwd["bytes"]["all-reduce"] == fwd["bytes"]["reduce-scatter"] == 0
+    assert fwd["link"] == pytest.approx(0.75 * 3 * L * H * H * 2)
+    assert grad["bytes"]["reduce-scatter"] == L * H * H * 4
+    assert grad["bytes"]["all-reduce"] == 0
+
+
+TENSOR_ON_TPU = """
+import json
+import jax, jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import NamedSharding, PartitionSpec as P
+from seed_jax.models import decoder
+from seed_jax.plan import hlo
+from seed_jax.train.logprobs import param_shardings, response_logprobs
+from seed_jax.train.mesh import make_mesh
+from seed_jax.train.synthetic import random_params, tiny_config
+devs = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices
+cfg = tiny_config(dtype="bfloat16", attention="dot_product", head_dim=128, max_position_embeddings=1024,
+                  vocab_size=4096, hidden_size=256, intermediate_size=512)
+params = jax.eval_shape(lambda: random_params(cfg, 0))
+out = {}
+for f, t in ((4, 1), (2, 2)):
+    mesh = make_mesh(data=1, fsdp=f, tensor=t, devices=devs)
+    sp = param_shardings(cfg, mesh)
+    p = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), params, sp)
+    ids = jax.ShapeDtypeStruct((8, 384), jnp.int32, sharding=NamedSharding(mesh, P(("data", "fsdp"))))
+    def loss(p, ids):
+        with decoder.activation_sharding(mesh):
+            return response_logprobs(p, cfg, ids, ids, 256, 128, with_entropy=False)[0].sum()
+    text = jax.jit(jax.grad(loss), out_shardings=sp).lower(p, ids).compile().as_text()
+    kernels = [hlo.arrays(line.split("=", 1)[1].split("custom-call(")[0]) for line in text.splitlines()
+               if 'custom_call_target="tpu_custom_call"' in line]
+    out[f"tensor{t}"] = {"flops": hlo.analyze(text, 4).flops, "heads": sorted({a[0][1][1] for a in kernels})}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not _libtpu(), reason='libtpu is not installed (pip install -e ".[tpu-aot]")')
+def test_tensor_axis_splits_flash_attention_heads_and_lm_head_positions():
+    """The gradient of the scanned decoder's log-probs (flash attention: 4 query / 2 kv heads,
+    384 tokens, 128 response positions through the LM head) compiled for 4 v5e chips as fsdp=2 x
+    tensor=2: each chip's flash kernels hold 4 / 2 = 2 heads (no tensor shard attends all 4
+    again), and its FLOPs are those of fsdp=4 (the same work split 4 ways), not more."""
+    r = _run(["-c", TENSOR_ON_TPU], env={"JAX_PLATFORMS": "", "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["tensor1"]["heads"] == [4] and out["tensor2"]["heads"] == [2]
+    assert out["tensor2"]["flops"] <= 1.01 * out["tensor1"]["flops"]
+
+
+@pytest.mark.skipif(not _libtpu(), reason='libtpu is not installed (pip install -e ".[tpu-aot]")')
+def test_lm_head_gradient_is_reduce_scattered_in_the_train_step(tmp_path):
+    """The tiny train step (tied embedding, 2 micro-batches) on 4 v5e chips as fsdp=4: the head's
+    gradient reaches each chip as its reduce-scattered shard; no all-reduce as large as one
+    vocab x hidden matrix (before: one f32 head all-reduce per micro-batch, and the lookup's)."""
+    r = _run(["-m", "seed_jax.plan", "--config=configs/alfworld.py:tiny", "--target=tpu:v5e:2x2",
+              "--programs=train_step", "--config.train.lambda_opd=0", "--config.mesh.data=1",
+              "--config.mesh.fsdp=4", f"--json={tmp_path / 'p.json'}"],
+             env={"JAX_PLATFORMS": "", "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    plan = json.loads((tmp_path / "p.json").read_text())
+    (p,) = plan["programs"]
+    head = plan["model"]["vocab"] * plan["model"]["hidden"]
+    assert plan["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
+    assert p["collective_bytes"]["all-reduce"] < head * 2
+    assert p["collective_bytes"]["reduce-scatter"] >= 2 * head * 4  # f32, once per micro-batch
 
 
 HYBRID = """

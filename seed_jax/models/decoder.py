@@ -62,6 +62,18 @@ def row_context():
     return None if ctx is None else ctx[:2]
 
 
+def tensor_split(*sizes: int) -> str | None:
+    """The context's tensor axis when it has more than one device and divides every one of
+    ``sizes`` (e.g. the query and kv head counts), else None: the spec entry of a dimension
+    split over the tensor axis (`attend_flash`'s heads, the LM head's positions)."""
+    ctx = _ROWS.get()
+    if ctx is None:
+        return None
+    mesh, _, tensor = ctx
+    n = mesh.shape.get(tensor, 1) if tensor is not None else 1
+    return tensor if n > 1 and all(s % n == 0 for s in sizes) else None
+
+
 def constrain_rows(x: jax.Array) -> jax.Array:
     """``x [B, ...]`` with its rows split over the context's row axes (identity without one)."""
     ctx = _ROWS.get()
@@ -299,7 +311,10 @@ def attend_flash(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Arra
     downstream) see padding. ``q [B, T, H, D]``, ``k, v [B, T, K, D]``: the kv heads are repeated
     to the ``H`` query heads. Blocks: the largest of `FLASH_BLOCKS` dividing ``T``. Under
     `activation_sharding` each device runs the kernel on its own rows (``shard_map``: a Pallas
-    call has no partitioning rule of its own). Off TPU the kernel runs in Pallas' TPU interpreter.
+    call has no partitioning rule of its own) and, on a tensor axis dividing both head counts,
+    its own share of the heads (query heads ``[j H/t, (j+1) H/t)`` read exactly kv heads
+    ``[j K/t, (j+1) K/t)``); otherwise every tensor shard would attend all heads again. Off TPU
+    the kernel runs in Pallas' TPU interpreter.
     """
     from jax.experimental.pallas import tpu as pltpu
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
@@ -324,8 +339,9 @@ def attend_flash(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Arra
     if rows is None:
         return local(q, k, v, segment_ids)
     mesh, axes = rows
-    return jax.shard_map(local, mesh=mesh, in_specs=(P(axes),) * 4, out_specs=P(axes), check_vma=False)(
-        q, k, v, segment_ids)
+    heads = P(axes, None, tensor_split(H, k.shape[2]))
+    return jax.shard_map(local, mesh=mesh, in_specs=(heads, heads, heads, P(axes)), out_specs=heads,
+                         check_vma=False)(q, k, v, segment_ids)
 
 
 def _attend_cached(q, kt, v, mask, head_dim):

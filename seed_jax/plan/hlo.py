@@ -8,7 +8,8 @@ chunks), so this module walks the HLO call graph itself. Every computation gets 
 ``i < N`` / ``i <= N`` and the induction variable's initial constant; a loop whose count cannot be
 read counts `analyze`'s ``unknown_trips`` times and is listed in ``unknown_loops``) and ``f = 1`` for every other call. Then,
 summed over the instructions of the control-flow computations (the entry, loop bodies and
-conditions, called and branch computations, async wrappers; not fusion bodies or reducers):
+conditions, called and branch computations, async wrappers; not reducers) and, for the collectives
+and FLOPs, of the fusion bodies they call (nested fusions included, at the caller's ``m``):
 
     collective bytes[kind] = sum m * size(buffer)           size: the larger side (the gathered
                                                             result, the reduced input)
@@ -31,6 +32,15 @@ conditions, called and branch computations, async wrappers; not fusion bodies or
                                                             inside nested fusions) counts its
                                                             slices, an in-place dynamic-update
                                                             counts the update twice
+
+Each collective is counted once per execution. An async pair (``all-gather-start`` /
+``all-gather-done``) counts at its start. XLA:TPU's async collective fusions write one collective
+several times, all with one ``channel_id``: in the start fusion (root ``AsyncCollectiveStart``),
+in each fusion of compute that overlaps it (``async_collective_fusion``) and in the done fusion
+(``AsyncCollectiveDone``); so within one visit of a control-flow computation the collectives of
+one ``(kind, channel_id, result shape)`` count once. XLA:TPU's reduce-scatter is an ``all-reduce``
+inside an ``all-reduce-scatter`` fusion (the fusion slices the device's shard from it): it counts
+as a reduce-scatter of the all-reduce's input.
 
 The figures are per device (the HLO of an SPMD program is one device's program).
 """
@@ -397,6 +407,25 @@ class _Walker:
         ops = sum(shape_bytes(comp.instrs[o].shape) for o in ins.operands if o in comp.instrs)
         return ops + shape_bytes(ins.shape)
 
+    def fused_collectives(self, name: str, depth: int = 0) -> list[tuple[Computation, Instr, str]]:
+        """``(body, instruction, kind)`` of every collective inside fusion body ``name`` (nested
+        fusions included); an all-reduce of an ``all-reduce-scatter`` fusion is a reduce-scatter
+        (module docstring)."""
+        comp = self.comps.get(name)
+        if comp is None or depth > 16:
+            return []
+        out = []
+        for ins in comp.instrs.values():
+            kind = _collective_kind(ins.opcode)
+            if kind is not None:
+                if kind == "all-reduce" and name.startswith("all-reduce-scatter"):
+                    kind = "reduce-scatter"
+                out.append((comp, ins, kind))
+            if ins.opcode == "fusion":
+                for callee in _attr_names(ins.attrs, "calls"):
+                    out.extend(self.fused_collectives(callee, depth + 1))
+        return out
+
     def collective(self, comp: Computation, ins: Instr, kind: str, m: float) -> None:
         ops = sum(shape_bytes(comp.instrs[o].shape) for o in ins.operands if o in comp.instrs)
         res = shape_bytes(ins.shape)
@@ -415,15 +444,28 @@ class _Walker:
         comp = self.comps.get(name)
         if comp is None or depth > 64:
             return
+        seen: set[tuple] = set()  # (kind, channel_id, result arrays): one collective, written several times
+
+        def count(body: Computation, ins: Instr, kind: str) -> None:
+            channel = re.search(r"\bchannel_id=(\d+)", ins.attrs)
+            if channel is not None:
+                key = (kind, channel.group(1), tuple(arrays(ins.shape)))
+                if key in seen:
+                    return
+                seen.add(key)
+            self.collective(body, ins, kind, m)
+
         for ins in comp.instrs.values():
             kind = _collective_kind(ins.opcode)
             if kind is not None:
-                self.collective(comp, ins, kind, m)
+                count(comp, ins, kind)
             if ins.opcode in ("dot", "convolution"):
                 self.stats.flops += m * _dot_flops(comp, ins)
             elif ins.opcode == "fusion":
                 for callee in _attr_names(ins.attrs, "calls"):
                     self.stats.flops += m * self.fused_flops(callee)
+                    for body, inner, inner_kind in self.fused_collectives(callee):
+                        count(body, inner, inner_kind)
             elif ins.opcode == "custom-call":
                 declared = declared_flops(ins.attrs)
                 if declared is not None:

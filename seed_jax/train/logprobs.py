@@ -16,9 +16,13 @@ entropy of the tempered policy softmax(logits / T) that a sampler at temperature
 Values at padded response positions are computed but meaningless; mask them.
 
 Under a mesh (`seed_jax.models.decoder.activation_sharding`) the rows stay split over
-('data', 'fsdp') through the head: the head matrix is gathered whole once per call, each device
-computes the logits of its own rows (no logits cross devices), and the auto chunk is sized by
-the rows per device.
+('data', 'fsdp') through the head, and the response positions over 'tensor' (when it divides
+``R``): the head matrix enters in its parameter sharding (`mesh.PARAM_RULES`) and is gathered
+whole once per call, each device computes the logits of its own rows and positions (no logits
+cross devices), and the auto chunk is sized by the rows per device. The transpose of that
+gather is a reduce-scatter: each device receives the summed gradient of its own shard of the
+head (plus an all-reduce of that shard over the axes the head is not split on, 'data'), never
+the whole ``vocab x hidden`` matrix.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from seed_jax.losses import entropy_from_logits
 from seed_jax.models import decoder
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.decoder import init_params
-from seed_jax.train.mesh import batch_divisor, batch_sharding, tree_shardings
+from seed_jax.train.mesh import PARAM_RULES, batch_divisor, batch_sharding, spec_for, tree_shardings
 
 # Auto chunk: at most this many float32 logits (rows per device x chunk x V) per chunk (64 MiB).
 LOGITS_BUDGET = 1 << 24
@@ -52,9 +56,10 @@ def token_logprobs_from_hidden(params, cfg: ModelConfig, hidden: jax.Array, targ
     ``(logp [B, R], entropy [B, R] or None)``, float32, LM head chunked over R, of the policy at
     ``temperature`` (static; module docstring).
 
-    Under `decoder.activation_sharding` the head runs per device on its own rows
-    (``shard_map``): the head matrix enters gathered whole, its gradient is summed over the
-    chunks locally and reduced across devices once per call (not once per chunk), and the
+    Under `decoder.activation_sharding` the head runs per device on its own rows and, over
+    'tensor', its own response positions (``shard_map``): the head matrix enters in its
+    parameter sharding and is gathered whole once per call, its gradient is summed over the
+    chunks locally and reduce-scattered to the shards once per call (module docstring), and the
     auto chunk is sized by the rows each device holds.
     """
     w, vocab_major = decoder.head_matrix(params, cfg)
@@ -64,13 +69,36 @@ def token_logprobs_from_hidden(params, cfg: ModelConfig, hidden: jax.Array, targ
     if rows is None:
         return head(w, hidden, targets)
     mesh, axes = rows
+    tensor = decoder.tensor_split(hidden.shape[1])
+    per_row = P(axes, tensor)
+    out_axes = (*axes, *([tensor] if tensor else []))  # the axes the logits vary over
+    rule = "embed_tokens/embedding" if vocab_major else "lm_head"
+    w_spec = spec_for(rule, w.shape, mesh, [(pattern, _on_mesh(spec, mesh, out_axes)) for pattern, spec in PARAM_RULES])
+    split = {a for entry in w_spec if entry is not None for a in ((entry,) if isinstance(entry, str) else entry)}
+    varying = tuple(a for a in out_axes if a not in split)
 
     def local(w, h, t):
-        # w as device-varying once, outside the chunk loop: the transpose of this cast is the one
-        # cross-device sum of the head's gradient (inside the loop it would be one per chunk)
-        return head(jax.lax.pcast(w, axes, to="varying"), h, t)
+        # the whole head once, outside the chunk loop: the transpose of this gather is the one
+        # reduce-scatter of the head's gradient, of the cast the one all-reduce of its shard over
+        # the other row axes (inside the loop they would be one per chunk)
+        for dim, entry in enumerate(w_spec):
+            if entry is not None:
+                w = jax.lax.all_gather(w, entry, axis=dim, tiled=True)
+        return head(jax.lax.pcast(w, varying, to="varying") if varying else w, h, t)
 
-    return jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes), P(axes)), out_specs=P(axes))(w, hidden, targets)
+    return jax.shard_map(local, mesh=mesh, in_specs=(w_spec, per_row, per_row), out_specs=per_row)(
+        w, hidden, targets)
+
+
+def _on_mesh(spec: P, mesh, axes: tuple[str, ...]) -> P:
+    """``spec`` with only the names of ``axes`` of more than one device on ``mesh`` (the head
+    enters whole over the others: split over an axis the logits do not vary over, its gather
+    would make them vary)."""
+    def keep(entry):
+        names = tuple(a for a in ((entry,) if isinstance(entry, str) else entry or ())
+                      if a in axes and mesh.shape.get(a, 1) > 1)
+        return None if not names else names[0] if len(names) == 1 else names
+    return P(*(keep(e) for e in spec))
 
 
 def _head_logprobs(w, hidden, targets, chunk, with_entropy, vocab_major, temperature=1.0):
