@@ -15,6 +15,11 @@ hypothesis_settings.register_profile("repro", derandomize=True, print_blob=True)
 hypothesis_settings.register_profile("explore", derandomize=False, print_blob=True)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
 
+# Compile-only TPU devices (libtpu, no chip): several processes may load libtpu at once (this
+# process and the plan / start-up tests' subprocesses); without it the second one fails on
+# libtpu's lockfile.
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "true")
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 

@@ -704,3 +704,30 @@ def test_the_sampler_is_planned_on_one_hosts_devices_for_its_share_of_the_rows()
     devs = [types.SimpleNamespace(id=i, process_index=i // 4) for i in range(8)]
     mesh = types.SimpleNamespace(devices=np.asarray(devs, dtype=object).reshape(2, 4))
     assert [d.id for d in host_devices(mesh)] == [0, 1, 2, 3]
+
+
+def test_a_phase_that_does_not_fit_fails_the_plan_though_each_program_fits():
+    """The plan of the tiny run on one CPU device, re-judged on a device just large enough for its
+    largest program but not for that program plus the trees the RL train phase keeps resident
+    (the KL reference beside the train state): every program fits, the plan does not, and the
+    misfit line names the phase and what stays resident."""
+    import dataclasses
+
+    from configs.search import get_config
+    from seed_jax.plan.analysis import HEADROOM, format_plan, misfit_message, plan_run
+    from seed_jax.plan.targets import parse_target
+
+    plan = plan_run(get_config("tiny"), parse_target("cpu:1"))
+    train = plan.phases["rl_train"]
+    assert train.program == "train_step" and "reference" in train.resident
+    step = next(p for p in plan.programs if p.name == "train_step")
+    assert train.peak == step.total + plan.trees["reference"]  # the state is the step's own argument
+    biggest = max(p.total for p in plan.programs)
+    hbm = (biggest + 1) / (1 - HEADROOM)
+    assert max(ph.peak for ph in plan.phases.values()) > biggest + 1  # some phase is larger than any program
+    small = dataclasses.replace(plan, hbm=hbm, programs=[dataclasses.replace(p, hbm=hbm, fits=p.total <= biggest + 1)
+                                                         for p in plan.programs])
+    assert all(p.fits for p in small.programs) and not small.fits
+    why = misfit_message(small)
+    assert why.startswith("phase ") and "does not fit" in why and "with the resident" in why
+    assert "fits: no" in format_plan(small) and "fits: yes" in format_plan(plan)

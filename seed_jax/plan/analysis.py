@@ -41,7 +41,8 @@ from seed_jax.buckets import row_bucket
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.model import resolve_model_path
 from seed_jax.pipeline.auto_sizes import AUTO, micro_batch_candidates
-from seed_jax.pipeline.runtime import random_model_config
+from seed_jax.pipeline.residency import PHASES, Residency, phase_peaks, tree_bytes
+from seed_jax.pipeline.runtime import random_model_config, sampler_spec, train_config
 from seed_jax.plan import hlo
 from seed_jax.plan.programs import PlanConfigError, Program, host_rollout_rows, run_programs, sampler_buckets
 from seed_jax.plan.targets import Target, host_devices_of
@@ -121,6 +122,17 @@ class SizeChoice:
 
 
 @dataclasses.dataclass
+class PhasePeak:
+    """One phase of the run on one device: ``peak`` bytes = the largest total of its programs
+    (``program``; None: no planned program) plus the ``resident`` trees it does not take as
+    arguments (`seed_jax.pipeline.residency.phase_peaks`)."""
+
+    peak: float
+    program: str | None
+    resident: tuple[str, ...]
+
+
+@dataclasses.dataclass
 class Plan:
     target: str
     devices: int
@@ -133,10 +145,18 @@ class Plan:
     micro_batch: SizeChoice | None = None  # of train.micro_batch_size (asked for with -1)
     analysis_batch: SizeChoice | None = None  # of analysis.batch_size (asked for with -1)
     buckets: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)  # sampler (rows, prompt)
+    # the run's phases (`seed_jax.pipeline.residency`) and the resident trees' bytes per device
+    phases: dict[str, PhasePeak] = dataclasses.field(default_factory=dict)
+    trees: dict[str, int] = dataclasses.field(default_factory=dict)
+    hbm: float = 0.0
+
+    def phase_fits(self, phase: str) -> bool:
+        return self.phases[phase].peak <= (1 - HEADROOM) * self.hbm
 
     @property
     def fits(self) -> bool:
-        return all(p.fits for p in self.programs)
+        """Every program fits, and so does every phase's peak (its program plus what stays resident)."""
+        return all(p.fits for p in self.programs) and all(self.phase_fits(ph) for ph in self.phases)
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -370,8 +390,15 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
     model = {"layers": model_cfg.num_layers, "hidden": model_cfg.hidden_size, "vocab": model_cfg.vocab_size,
              "dtype": model_cfg.dtype, "param_dtype": model_cfg.param_dtype, "remat": model_cfg.remat,
              "attention": getattr(model_cfg, "attention", "reference")}
+    residency = Residency.of(config)
+    trees = tree_bytes(model_cfg, mesh, train_config(config, micro_batch_size=1),
+                       dataclasses.replace(sampler_spec(config), devices=tuple(sampler_devices)))
+    peaks = phase_peaks(residency, trees, {p.name: p.total for p in programs})
+    phases = {ph: PhasePeak(peak, prog, residency.trees(ph)) for ph, (peak, prog) in peaks.items()
+              if prog is not None or names is None}
     return Plan(target.spec, target.num_devices, hosts, dict(mesh.shape), model, target.approximate_memory, programs,
-                buckets=sampler_buckets(config, mesh, hosts), **choices)
+                buckets=sampler_buckets(config, mesh, hosts), phases=phases, trees=trees, hbm=target.chip.hbm,
+                **choices)
 
 
 # The config keys that size each program (the misfit line names them).
@@ -388,12 +415,22 @@ KNOBS = {
 
 
 def misfit_message(plan: Plan) -> str | None:
-    """One line naming the first program that does not fit, its bytes and the knobs; None when all fit."""
+    """One line naming the first program, else the first phase, that does not fit, its bytes and
+    the knobs; None when all fit."""
     for p in plan.programs:
         if not p.fits:
             knobs = KNOBS.get(p.name) or KNOBS.get(p.name.rsplit("_", 1)[0], "")
             return (f"{p.name} does not fit {plan.target}: {_gb(p.total)} GB per device of {_gb(p.hbm)} GB "
                     f"({HEADROOM:.0%} headroom kept); turn {knobs}, mesh.fsdp or model.dtype / model.param_dtype")
+    for phase in PHASES:
+        if phase in plan.phases and not plan.phase_fits(phase):
+            ph = plan.phases[phase]
+            knobs = KNOBS.get(ph.program) or KNOBS.get((ph.program or "").rsplit("_", 1)[0], "")
+            resident = ", ".join(f"{t} {_gb(plan.trees[t])}" for t in ph.resident)
+            return (f"phase {phase} does not fit {plan.target}: {_gb(ph.peak)} GB per device of {_gb(plan.hbm)} GB "
+                    f"({HEADROOM:.0%} headroom kept): {ph.program or 'no program'} with the resident {resident}; "
+                    f"turn {knobs + ', ' if knobs else ''}mesh.fsdp, low_memory (the KL reference read back per "
+                    f"update) or model.param_dtype")
     return None
 
 
@@ -430,6 +467,17 @@ def format_plan(plan: Plan) -> str:
                         f" (the MFU is a floor): {', '.join(sorted({k.rsplit('.', 1)[0] for k in p.uncosted_kernels}))}"
                         if p.uncosted_kernels else "")
                      + (f"; XLA refused to compile it: {p.error}" if p.error else ""))
+    if plan.phases:
+        lines.append("per device and phase: the phase's largest program plus the trees that stay resident "
+                     "(seed_jax/pipeline/residency.py); resident GB: "
+                     + ", ".join(f"{t} {_gb(b)}" for t, b in plan.trees.items()))
+        lines.append(f"{'phase':12s} {'peak GB':>8s} {'use':>5s} {'fits':>4s}  {'program':18s} resident")
+        for phase in PHASES:
+            if phase in plan.phases:
+                ph = plan.phases[phase]
+                lines.append(f"{phase:12s} {_gb(ph.peak):>8s} {ph.peak / plan.hbm if plan.hbm else 0:>5.0%} "
+                             f"{'yes' if plan.phase_fits(phase) else 'NO':>4s}  {ph.program or '-':18s} "
+                             f"{', '.join(ph.resident) or '-'}")
     for name, pairs in plan.buckets.items():
         rows, lens = sorted({r for r, _ in pairs}), sorted({n for _, n in pairs})
         lines.append(f"{name} sampler buckets the run may compile: rows {rows} x prompt lengths {lens[0]}..{lens[-1]} "
