@@ -101,6 +101,21 @@ def test_corrupt_newest_falls_back_to_previous(tmp_path, mesh, caplog, damage):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_the_run_resumed_from_the_older_step_can_save_the_newer_step_again(tmp_path, mesh):
+    s1, s2 = _two_checkpoints(tmp_path, mesh)
+    os.remove(f"{tmp_path}/2/state/_METADATA")
+    with Checkpointer(tmp_path) as ck:
+        _, _, at = ck.restore_latest(s2)
+        assert at == 1 and ck.all_steps() == [1]  # the unreadable step 2 is gone
+        ck.save(2, s2, {"stage": "two again"})  # orbax refuses a step that exists
+    with Checkpointer(tmp_path) as ck:
+        state, host, at = ck.restore_latest(s1)
+    assert at == 2 and host == {"stage": "two again"}
+    for a, b in zip(leaves(s2), leaves(state)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_intact_newest_is_restored(tmp_path, mesh):
     _, s2 = _two_checkpoints(tmp_path, mesh)
     with Checkpointer(tmp_path) as ck:

@@ -9,7 +9,8 @@ in the background; `wait` / `close` block until it is committed). Only the last
 
 `restore_latest` tries the newest checkpoint first; if it cannot be read (truncated or
 missing files, unreadable metadata) it logs a warning naming the step and the error and
-falls back to the previous one. A checkpoint whose tree does not fit the target state (other
+falls back to the previous one (the unreadable newer ones are deleted once a step is restored,
+so that the resumed run can write those steps again). A checkpoint whose tree does not fit the target state (other
 config) raises `CheckpointMismatchError` listing the differing leaves instead - that is a
 configuration error, not corruption, so there is no fallback.
 
@@ -18,7 +19,9 @@ fingerprint) and the hosts agree, by all-gathers, on the newest step that every 
 (`newest_common_step`): a shard only one host reads (each process reads its own shards) can be
 broken for that host alone, and all hosts still resume from the same step. A read error comes
 back from orbax's handler as a value (`_read_errors_as_values`), so a host whose read failed still
-takes part in orbax's barrier and the fingerprint's collective, and no host waits for another.
+takes part in orbax's barrier after the read, and the fingerprint (a collective) is computed only
+once every host has read its part. Steps newer than the one restored (some host could not
+verify them) are deleted, so that the resumed run can write them again.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from jax.experimental import multihost_utils
 
 from seed_jax.train.mesh import path_string
@@ -134,19 +138,6 @@ def _abstract(tree):
     return jax.tree_util.tree_map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
         tree)
-
-
-def _stand_in_fingerprint(target) -> None:
-    """Run the state fingerprint's program on a stand-in of ``target`` (its arrays, or zeros placed
-    like its abstract leaves): a host whose read failed joins the collective of the others'."""
-    leaves = jax.tree_util.tree_leaves(target)
-    if all(isinstance(x, jax.Array) for x in leaves):
-        state_fingerprint(target)
-        return
-    abstract = _abstract(target)
-    zeros = jax.jit(lambda: jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), abstract),
-                    out_shardings=jax.tree_util.tree_map(lambda a: a.sharding, abstract))()
-    state_fingerprint(zeros)
 
 
 def newest_common_step(verified: Sequence[Collection[int]]) -> int | None:
@@ -271,14 +262,21 @@ class Checkpointer:
             f"checkpoint {self.directory / str(step)} does not match the current train "
             f"state ({len(diffs)} differing leaves):\n  " + "\n  ".join(diffs))
 
-    def _read(self, step: int, target):
+    def _load(self, step: int, target):
+        """``(state, host)`` of ``step`` as read, unchecked (orbax's read: every host takes part);
+        raises CheckpointCorruptError when this host's read failed."""
         out = self.manager.restore(int(step), args=ocp.args.Composite(
             state=ocp.args.StandardRestore(_abstract(target)), host=ocp.args.JsonRestore()))
         state, host = out["state"], dict(out["host"] or {})
         if isinstance(state, _ReadFailed):
-            if jax.process_count() > 1:
-                _stand_in_fingerprint(target)  # the other hosts' fingerprint is a collective this host joins
             raise CheckpointCorruptError(f"step {step}: {type(state.error).__name__}: {state.error}") from state.error
+        return state, host
+
+    @staticmethod
+    def _check(step: int, state, host: dict):
+        """``(state, host)`` without the fingerprint once the state matches it (a computation
+        over the whole state: on several hosts a collective); CheckpointCorruptError if not."""
+        host = dict(host)
         want = host.pop(FINGERPRINT_KEY, None)
         if want is not None:
             got = state_fingerprint(state)
@@ -287,6 +285,9 @@ class Checkpointer:
                 raise CheckpointCorruptError(
                     f"step {step}: checksum mismatch in {len(bad)} leaves, e.g. {bad[:3]}")
         return state, host
+
+    def _read(self, step: int, target):
+        return self._check(step, *self._load(step, target))
 
     def restore(self, step: int, target):
         """``(state, host)`` of checkpoint ``step``, placed like ``target`` (arrays or abstract).
@@ -301,9 +302,9 @@ class Checkpointer:
     def restore_latest(self, target):
         """``(state, host, step)`` of the newest checkpoint every host can read, or None if there is none.
 
-        Steps are tried newest first; on every host: the tree metadata (all hosts' answers
-        gathered, then the read on every host or on none), then the read and its fingerprint
-        (gathered again). The first step that every host verified (`newest_common_step`) is
+        Steps are tried newest first; on every host: the tree metadata, the read, the
+        fingerprint, each phase's outcome gathered from every host before the next (which runs on
+        every host or on none). The first step that every host verified (`newest_common_step`) is
         restored on all of them; on several hosts one line says which step and why. Unreadable
         checkpoints are skipped with a warning; a tree mismatch raises (on every host).
         """
@@ -324,6 +325,7 @@ class Checkpointer:
                     note = unverified_note(agreed, tried, verified)
                     log.info("checkpoint: resuming from step %d of %s, the newest checkpoint every host verified%s",
                              agreed, self.directory, f" ({note})" if note else "")
+                self._drop_newer(step, steps)
                 state, host = got
                 return state, host, step
         if tried and jax.process_count() > 1:
@@ -352,18 +354,41 @@ class Checkpointer:
                 f"checkpoint {self.directory / str(step)} does not match the current train state on host(s) "
                 f"{', '.join(str(h) for h in np.flatnonzero(statuses == _MISMATCH))} (their logs list the leaves)")
         got = None
-        if (statuses == _OK).all():
+        if (statuses == _OK).all():  # the read (orbax's barrier after it: every host or none)
             try:
-                got = self._read(step, target)
+                got = self._load(step, target)
+            except Exception as e:
+                status, err = _UNREADABLE, e
+            statuses = _every_host([status])[:, 0]
+        if (statuses == _OK).all():  # its fingerprint (a collective): only once every host has read its part
+            try:
+                got = self._check(step, *got)
             except Exception as e:
                 status, err = _UNREADABLE, e
             statuses = _every_host([status])[:, 0]
         if status != _OK:
             self._warn(step, err, older)
         elif not (statuses == _OK).all():
-            log.warning("checkpoint step %d in %s: read on this host, but host(s) %s could not verify it", step,
+            log.warning("checkpoint step %d in %s: fine on this host, but host(s) %s could not verify it", step,
                         self.directory, ", ".join(str(h) for h in np.flatnonzero(statuses != _OK)))
         return [bool(s == _OK) for s in statuses], (got if (statuses == _OK).all() else None)
+
+    def _drop_newer(self, step: int, steps: Sequence[int]) -> None:
+        """Delete the checkpoints newer than ``step`` (one that some host could not verify): the
+        resumed run writes those steps again (orbax refuses to save a step that exists). Host 0
+        deletes, every host waits for it (a collective) and re-lists."""
+        newer = [s for s in steps if s > step]
+        if not newer:
+            return
+        if jax.process_index() == 0:
+            for s in newer:
+                log.warning("checkpoint: deleting step %d in %s (not verified by every host): the run writes it "
+                            "again", s, self.directory)
+                path = epath.Path(self.directory) / str(s)
+                if path.exists():
+                    path.rmtree()
+        _every_host([0])  # every host past the deletion
+        self.manager.reload()
 
     def _warn(self, step, err, older):
         log.warning("checkpoint step %d in %s is unreadable (truncated or corrupt?): %s: %s; %s",
