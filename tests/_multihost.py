@@ -6,6 +6,8 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +28,8 @@ def host_env(port: int, pid: int, hosts: int = 2) -> dict:
 
 def start_run(workdir, *flags: str, hosts: int = 2) -> list[subprocess.Popen]:
     """Start the tiny search run (``flags`` after the preset) as ``hosts`` local processes of one
-    jax.distributed job (one process: a plain launch); stdout and stderr merged, as text."""
+    jax.distributed job (one process: a plain launch). Each process's stdout and stderr go to an
+    unnamed file (``proc.log``; a pipe nobody reads while it runs could fill and stall it)."""
     port = free_port()
     procs = []
     for pid in range(hosts):
@@ -36,19 +39,32 @@ def start_run(workdir, *flags: str, hosts: int = 2) -> list[subprocess.Popen]:
                                                               "JAX_PROCESS_ID")}
         cmd = [sys.executable, "-m", "seed_jax.launch", "--config=configs/search.py:tiny", f"--workdir={workdir}",
                *flags]
-        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
+        log = tempfile.TemporaryFile("w+")
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        proc.log = log
+        procs.append(proc)
     return procs
 
 
 def finish(procs: list[subprocess.Popen], timeout: float = 900) -> list[str]:
-    """Every process's output once all have exited (any left after ``timeout`` s is killed)."""
+    """Every process's output once all have exited (any left after ``timeout`` s in all is killed)."""
+    deadline = time.time() + timeout
     try:
-        return [p.communicate(timeout=timeout)[0] for p in procs]
+        for p in procs:
+            p.wait(timeout=max(1.0, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+        pass
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
+                p.wait()
+    outs = []
+    for p in procs:
+        p.log.seek(0)
+        outs.append(p.log.read())
+        p.log.close()
+    return outs
 
 
 def launch(workdir, *flags: str, hosts: int = 2) -> list[str]:
