@@ -67,10 +67,10 @@ def finish(procs: list[subprocess.Popen], timeout: float = 900) -> list[str]:
     return outs
 
 
-def launch(workdir, *flags: str, hosts: int = 2) -> list[str]:
+def launch(workdir, *flags: str, hosts: int = 2, timeout: float = 900) -> list[str]:
     """`start_run`, then `finish`; every process must exit 0. Returns their outputs."""
     procs = start_run(workdir, *flags, hosts=hosts)
-    outs = finish(procs)
+    outs = finish(procs, timeout)
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-3000:]
     return outs
