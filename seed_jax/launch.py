@@ -26,6 +26,11 @@ that does not fit stops the run in seconds, naming it. Config and input errors e
 On several hosts (``JAX_COORDINATOR_ADDRESS`` etc. set, or a TPU pod) JAX's distributed runtime
 is initialised first; each host runs its own environments for its share of the tasks and one
 global mesh serves the train step.
+
+SIGTERM (a preemption notice) on any host: every host stops at the same boundary, the end of
+the RL update under way (saved first) or of the stage under way (collect and eval keep nothing
+of an unfinished stage), prints ``preempted at ...; relaunch to resume`` and exits 0
+(`seed_jax.train.preemption`).
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from seed_jax.pipeline.validate import (
 )
 from seed_jax.procmem import limit_malloc_arenas, peak_rss_mb, release_free_memory
 from seed_jax.train.mesh import batch_divisor, interconnect_devices, make_mesh, maybe_initialize_distributed
+from seed_jax.train.preemption import Preempted, install_sigterm_flag, preemption_requested
 from seed_jax.watchdog import beat, watch_caller
 
 __doc__ = __doc__.replace("{methods}", ", ".join(METHODS))
@@ -169,6 +175,8 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         run.mark_done(stage, summary)
         log.info("stage %s: done in %.1fs: %s", stage, summary["wall_s"], summary)
         out[stage] = summary
+        if item is not stage_list[-1] and preemption_requested():  # any host told to stop: all stop here
+            raise Preempted(stage=stage)
     run.close()
     if jax.process_index() == 0:
         if (run.workdir / "eval" / "results.md").exists():
@@ -296,12 +304,16 @@ def main(argv):
     preset = config_preset(spec)
     workdir = _WORKDIR.value or str(default_workdir(config, preset, config_flags.get_override_values(
         flags.FLAGS["config"])))
+    install_sigterm_flag()  # one process: SIGTERM stops at the next boundary (several: JAX's notifier)
     try:
         run_pipeline(config, workdir, _STAGES.value, preset=preset, force=_FORCE.value, dry_run=_DRY_RUN.value,
                      plan=_PLAN.value)
     except ConfigValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Preempted as e:  # the state is saved: a relaunch resumes; exit 0 as a finished run would
+        log.warning("%s", e)
+        print(e, flush=True)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seed_jax.train.checkpoint import Checkpointer, CheckpointMismatchError
+from seed_jax.train.checkpoint import (
+    Checkpointer,
+    CheckpointMismatchError,
+    newest_common_step,
+    unverified_note,
+)
 from seed_jax.train.config import TrainConfig
 from seed_jax.train.mesh import make_mesh
 from seed_jax.train.state import abstract_train_state, create_sharded_state
@@ -96,6 +101,21 @@ def test_corrupt_newest_falls_back_to_previous(tmp_path, mesh, caplog, damage):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_the_run_resumed_from_the_older_step_can_save_the_newer_step_again(tmp_path, mesh):
+    s1, s2 = _two_checkpoints(tmp_path, mesh)
+    os.remove(f"{tmp_path}/2/state/_METADATA")
+    with Checkpointer(tmp_path) as ck:
+        _, _, at = ck.restore_latest(s2)
+        assert at == 1 and ck.all_steps() == [1]  # the unreadable step 2 is gone
+        ck.save(2, s2, {"stage": "two again"})  # orbax refuses a step that exists
+    with Checkpointer(tmp_path) as ck:
+        state, host, at = ck.restore_latest(s1)
+    assert at == 2 and host == {"stage": "two again"}
+    for a, b in zip(leaves(s2), leaves(state)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_intact_newest_is_restored(tmp_path, mesh):
     _, s2 = _two_checkpoints(tmp_path, mesh)
     with Checkpointer(tmp_path) as ck:
@@ -164,3 +184,24 @@ def test_fingerprint_makes_no_state_sized_temporary():
              "b": jax.ShapeDtypeStruct((49152, 576), jnp.float32), "c": jax.ShapeDtypeStruct((), jnp.int32)}
     temp = _fingerprint_tree.lower(state).compile().memory_analysis().temp_size_in_bytes
     assert temp < 16 * 2**20, f"{temp / 2**20:.0f} MiB of temporaries"
+
+
+@pytest.mark.parametrize("verified, want", [
+    ([{1, 2, 3}], 3),  # one host: its newest verified step
+    ([{3, 4}, {3, 4}], 4),  # every host verified the newest
+    ([{3, 4}, {3}], 3),  # host 1 could not verify 4: both take 3
+    ([{2, 4}, {3, 4}, {2, 3}], None),  # every step fails on some host
+    ([{4}, set()], None),  # a host verified nothing
+    ([{1, 5, 7}, {5, 7, 9}, {1, 5}], 5),
+    ([], None),
+])
+def test_hosts_agree_on_the_newest_step_every_host_verified(verified, want):
+    assert newest_common_step(verified) == want
+
+
+def test_the_note_names_each_host_that_could_not_verify_a_newer_step():
+    verified = [{2, 3, 4}, {2, 3}, {2}]
+    assert unverified_note(2, [4, 3, 2], verified) == \
+        "hosts 1, 2 could not verify step 4; host 2 could not verify step 3"
+    assert unverified_note(None, [4], [{4}, set()]) == "host 1 could not verify step 4"
+    assert unverified_note(4, [4], verified) == ""

@@ -4,30 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _host_env(port: int, pid: int) -> dict:
-    """Process ``pid`` of a two-process jax.distributed job on this machine's CPU."""
-    return {**os.environ, "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2",
-            "JAX_PROCESS_ID": str(pid), "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-
+from _multihost import REPO, free_port, host_env, launch
 
 RL_FLAGS = ("--config.method=seed_no_sft", "--config.rl.num_updates=2", "--stages=rl,eval")
 
@@ -35,25 +18,7 @@ RL_FLAGS = ("--config.method=seed_no_sft", "--config.rl.num_updates=2", "--stage
 def _launch(tmp_path, *flags: str, hosts: int = 2) -> None:
     """Run the tiny search run (by default the RL stage, then eval) as ``hosts`` local processes
     of one jax.distributed job (one process: a plain launch)."""
-    port = _free_port()
-    procs = []
-    for pid in range(hosts):
-        env = _host_env(port, pid)
-        if hosts == 1:
-            env = {k: v for k, v in env.items() if k not in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
-                                                              "JAX_PROCESS_ID")}
-        cmd = [sys.executable, "-m", "seed_jax.launch", "--config=configs/search.py:tiny", f"--workdir={tmp_path}",
-               *(flags or RL_FLAGS)]
-        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
-    try:
-        outs = [p.communicate(timeout=900)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
+    launch(tmp_path, *(flags or RL_FLAGS), hosts=hosts)
 
 
 @pytest.mark.slow
@@ -140,10 +105,10 @@ def test_log_prob_passes_of_two_hosts_run_together(tmp_path, case):
     """Two processes (one CPU device each) score their own rows in passes over the 2-device mesh:
     3 and 5 rows in global passes of 4 (2 per host; host 0 runs out first and fills), or a host
     with no rows taking part; each host's log-probs equal the one-process pass of its rows."""
-    port = _free_port()
+    port = free_port()
     procs = []
     for pid in range(2):
-        env = {**_host_env(port, pid), "XLA_FLAGS": ""}
+        env = {**host_env(port, pid), "XLA_FLAGS": ""}
         procs.append(subprocess.Popen([sys.executable, "-c", PASS_WORKER, str(tmp_path), case], cwd=REPO, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=300)[0] for p in procs]
@@ -178,9 +143,9 @@ open(sys.argv[1] + f"/host{jax.process_index()}.json", "w").write(json.dumps(got
 def test_two_hosts_gather_each_others_lines(tmp_path, second):
     """Host 0's 3 lines (one non-ASCII, one empty) and host 1's lines (none, or 2 longer than a
     5-byte chunk) reach both hosts, host 0's first, through chunked all-gathers."""
-    port = _free_port()
+    port = free_port()
     procs = [subprocess.Popen([sys.executable, "-c", GATHER_WORKER, str(tmp_path), json.dumps(second)], cwd=REPO,
-                              env={**_host_env(port, pid), "XLA_FLAGS": ""}, stdout=subprocess.PIPE,
+                              env={**host_env(port, pid), "XLA_FLAGS": ""}, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for pid in range(2)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     for p, out in zip(procs, outs):

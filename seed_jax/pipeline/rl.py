@@ -60,6 +60,7 @@ from seed_jax.skills import SkillParse
 from seed_jax.train.checkpoint import Checkpointer
 from seed_jax.train.logprobs import scoring_params
 from seed_jax.train.mesh import batch_divisor
+from seed_jax.train.preemption import Preempted, preemption_requested
 from seed_jax.train.state import at_schedule_pos, create_sharded_state
 from seed_jax.train.step import make_train_step
 from seed_jax.watchdog import beat
@@ -320,6 +321,11 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
                 if residency.lean:
                     ckpt.wait()  # the write's host copy of the state is gone before the next rollouts
                     release_free_memory()
+            if preemption_requested(u):  # SIGTERM on any host: every host saves this update and stops
+                if ckpt.latest_step() != u:
+                    ckpt.save(u, state, {"update": u})
+                ckpt.wait()
+                raise Preempted(u)
             if c.rl.eval_every and (u + 1) % c.rl.eval_every == 0 and u + 1 < c.rl.num_updates:
                 evaluate_params(run, policy.with_params(state.params, version=u + 1), tag=f"rl_{u + 1:06d}",
                                 step=u + 1, bank=bank)

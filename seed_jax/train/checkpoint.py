@@ -9,19 +9,32 @@ in the background; `wait` / `close` block until it is committed). Only the last
 
 `restore_latest` tries the newest checkpoint first; if it cannot be read (truncated or
 missing files, unreadable metadata) it logs a warning naming the step and the error and
-falls back to the previous one. A checkpoint whose tree does not fit the target state (other
+falls back to the previous one (the unreadable newer ones are deleted once a step is restored,
+so that the resumed run can write those steps again). A checkpoint whose tree does not fit the target state (other
 config) raises `CheckpointMismatchError` listing the differing leaves instead - that is a
 configuration error, not corruption, so there is no fallback.
+
+On several hosts every host verifies each step it tries (metadata, then the read and its
+fingerprint) and the hosts agree, by all-gathers, on the newest step that every host verified
+(`newest_common_step`): a shard only one host reads (each process reads its own shards) can be
+broken for that host alone, and all hosts still resume from the same step. A read error comes
+back from orbax's handler as a value (`_read_errors_as_values`), so a host whose read failed still
+takes part in orbax's barrier after the read, and the fingerprint (a collective) is computed only
+once every host has read its part. Steps newer than the one restored (some host could not
+verify them) are deleted, so that the resumed run can write them again.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
+from jax.experimental import multihost_utils
 
 from seed_jax.paths import run_path
 from seed_jax.train.mesh import path_string
@@ -127,6 +140,72 @@ def _abstract(tree):
         tree)
 
 
+def newest_common_step(verified: Sequence[Collection[int]]) -> int | None:
+    """The step every host resumes from: ``max(V_0 & V_1 & ... & V_{H-1})`` over the hosts'
+    sets ``V_h`` of verified checkpoint steps; None when they share no step (or no host is given)."""
+    if not verified:
+        return None
+    common = set(verified[0]).intersection(*verified[1:])
+    return max(common) if common else None
+
+
+def unverified_note(step: int | None, tried: Sequence[int], verified: Sequence[Collection[int]]) -> str:
+    """Why each tried step newer than ``step`` (every tried step when None) was passed over, newest
+    first: ``host 1 could not verify step 4; hosts 0, 1 could not verify step 3``."""
+    parts = []
+    for s in sorted((t for t in tried if step is None or t > step), reverse=True):
+        bad = [h for h, v in enumerate(verified) if s not in v]
+        if bad:
+            parts.append(f"host{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} could not verify step {s}")
+    return "; ".join(parts)
+
+
+def _every_host(values: Sequence[int]) -> np.ndarray:
+    """``[hosts, n]``: every host's ``n`` small integers (all hosts call it together, same ``n``)."""
+    mine = np.asarray(values, np.int32).reshape(1, -1)
+    if jax.process_count() == 1:
+        return mine
+    return np.asarray(multihost_utils.process_allgather(mine[0])).reshape(jax.process_count(), -1)
+
+
+def _steps_of_every_host(steps: Sequence[int]) -> list[list[int]]:
+    """Every host's list of checkpoint steps (a listing can differ between hosts, e.g. a step
+    written while they listed)."""
+    n = int(_every_host([len(steps)]).max())
+    if n == 0:
+        return [[] for _ in range(jax.process_count())]
+    rows = _every_host([*steps, *[-1] * (n - len(steps))])
+    return [[int(s) for s in row if s >= 0] for row in rows]
+
+
+class _ReadFailed:
+    """A read error of `_read_errors_as_values`, returned in place of the state."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _read_errors_as_values(handler):
+    """``handler`` (an orbax item handler) with a `restore` that returns a read error as
+    `_ReadFailed` instead of raising it: orbax's Checkpointer waits at a barrier of every host
+    after the read, which a host raising from inside the read would skip, leaving the others
+    waiting (or pairing their collectives with the wrong ones). The instance keeps its class, so
+    orbax's registries and the handler name in the metadata are the standard ones."""
+    read = handler.restore
+
+    def restore(*args, **kwargs):
+        try:
+            return read(*args, **kwargs)
+        except Exception as e:
+            return _ReadFailed(e)
+
+    handler.restore = restore
+    return handler
+
+
+_OK, _UNREADABLE, _MISMATCH = 0, 1, 2
+
+
 class Checkpointer:
     """`orbax.checkpoint.CheckpointManager` for (TrainState, host JSON) pairs."""
 
@@ -136,8 +215,8 @@ class Checkpointer:
         self.directory = run_path(directory)  # local or gs:// (orbax takes epath paths)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True)
-        handler = (ocp.StandardCheckpointHandler() if save_concurrent_gb is None
-                   else ocp.StandardCheckpointHandler(save_concurrent_gb=int(save_concurrent_gb)))
+        handler = _read_errors_as_values(ocp.StandardCheckpointHandler() if save_concurrent_gb is None
+                                         else ocp.StandardCheckpointHandler(save_concurrent_gb=int(save_concurrent_gb)))
         self.manager = ocp.CheckpointManager(
             self.directory, options=options,
             item_handlers={"state": handler, "host": ocp.JsonCheckpointHandler()})
@@ -150,6 +229,10 @@ class Checkpointer:
         host[FINGERPRINT_KEY] = state_fingerprint(state)
         self.manager.save(int(step), args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), host=ocp.args.JsonSave(host)), force=True)
+
+    def latest_step(self) -> int | None:
+        """The newest step saved or being saved by this manager (None: none)."""
+        return self.manager.latest_step()
 
     def wait(self) -> None:
         self.manager.wait_until_finished()
@@ -179,10 +262,21 @@ class Checkpointer:
             f"checkpoint {self.directory / str(step)} does not match the current train "
             f"state ({len(diffs)} differing leaves):\n  " + "\n  ".join(diffs))
 
-    def _read(self, step: int, target):
+    def _load(self, step: int, target):
+        """``(state, host)`` of ``step`` as read, unchecked (orbax's read: every host takes part);
+        raises CheckpointCorruptError when this host's read failed."""
         out = self.manager.restore(int(step), args=ocp.args.Composite(
             state=ocp.args.StandardRestore(_abstract(target)), host=ocp.args.JsonRestore()))
         state, host = out["state"], dict(out["host"] or {})
+        if isinstance(state, _ReadFailed):
+            raise CheckpointCorruptError(f"step {step}: {type(state.error).__name__}: {state.error}") from state.error
+        return state, host
+
+    @staticmethod
+    def _check(step: int, state, host: dict):
+        """``(state, host)`` without the fingerprint once the state matches it (a computation
+        over the whole state: on several hosts a collective); CheckpointCorruptError if not."""
+        host = dict(host)
         want = host.pop(FINGERPRINT_KEY, None)
         if want is not None:
             got = state_fingerprint(state)
@@ -191,6 +285,9 @@ class Checkpointer:
                 raise CheckpointCorruptError(
                     f"step {step}: checksum mismatch in {len(bad)} leaves, e.g. {bad[:3]}")
         return state, host
+
+    def _read(self, step: int, target):
+        return self._check(step, *self._load(step, target))
 
     def restore(self, step: int, target):
         """``(state, host)`` of checkpoint ``step``, placed like ``target`` (arrays or abstract).
@@ -203,26 +300,95 @@ class Checkpointer:
         return self._read(step, target)
 
     def restore_latest(self, target):
-        """``(state, host, step)`` of the newest readable checkpoint, or None if there is none.
+        """``(state, host, step)`` of the newest checkpoint every host can read, or None if there is none.
 
-        Unreadable checkpoints are skipped with a warning; a tree mismatch raises.
+        Steps are tried newest first; on every host: the tree metadata, the read, the
+        fingerprint, each phase's outcome gathered from every host before the next (which runs on
+        every host or on none). The first step that every host verified (`newest_common_step`) is
+        restored on all of them; on several hosts one line says which step and why. Unreadable
+        checkpoints are skipped with a warning; a tree mismatch raises (on every host).
         """
-        steps = self.all_steps()
+        tried, verified = [], [set() for _ in range(jax.process_count())]
+        listed = _steps_of_every_host(self.all_steps())
+        steps = sorted(set().union(*listed))
+        mine = set(listed[jax.process_index()])
         for i in range(len(steps) - 1, -1, -1):
             step = steps[i]
+            tried.append(step)
+            ok, got = self._verify(step, target, step in mine, steps[:i])
+            for h, good in enumerate(ok):
+                if good:
+                    verified[h].add(step)
+            agreed = newest_common_step(verified)
+            if agreed is not None:
+                if jax.process_count() > 1:
+                    note = unverified_note(agreed, tried, verified)
+                    log.info("checkpoint: resuming from step %d of %s, the newest checkpoint every host verified%s",
+                             agreed, self.directory, f" ({note})" if note else "")
+                self._drop_newer(step, steps)
+                state, host = got
+                return state, host, step
+        if tried and jax.process_count() > 1:
+            log.warning("checkpoint: no checkpoint in %s that every host verified (%s)", self.directory,
+                        unverified_note(None, tried, verified))
+        return None
+
+    def _verify(self, step: int, target, listed: bool, older: list[int]) -> tuple[list[bool], tuple | None]:
+        """Whether each host verified ``step`` and this host's ``(state, host)`` when every host did.
+
+        Every host calls it together with the same ``step``; a host's error is its own (logged
+        here), the decision is common: the read happens on every host or on none.
+        """
+        status, err = _OK, None
+        if not listed:
+            status, err = _UNREADABLE, FileNotFoundError(f"step {step} is not listed in {self.directory} on this host")
+        else:
             try:
                 err = self._mismatch(step, target)
+                status = _OK if err is None else _MISMATCH
             except Exception as e:
-                self._warn(step, e, steps[:i])
-                continue
-            if err is not None:
-                raise err
+                status, err = _UNREADABLE, e
+        statuses = _every_host([status])[:, 0]
+        if (statuses == _MISMATCH).any():
+            raise err if status == _MISMATCH else CheckpointMismatchError(
+                f"checkpoint {self.directory / str(step)} does not match the current train state on host(s) "
+                f"{', '.join(str(h) for h in np.flatnonzero(statuses == _MISMATCH))} (their logs list the leaves)")
+        got = None
+        if (statuses == _OK).all():  # the read (orbax's barrier after it: every host or none)
             try:
-                state, host = self._read(step, target)
-                return state, host, step
+                got = self._load(step, target)
             except Exception as e:
-                self._warn(step, e, steps[:i])
-        return None
+                status, err = _UNREADABLE, e
+            statuses = _every_host([status])[:, 0]
+        if (statuses == _OK).all():  # its fingerprint (a collective): only once every host has read its part
+            try:
+                got = self._check(step, *got)
+            except Exception as e:
+                status, err = _UNREADABLE, e
+            statuses = _every_host([status])[:, 0]
+        if status != _OK:
+            self._warn(step, err, older)
+        elif not (statuses == _OK).all():
+            log.warning("checkpoint step %d in %s: fine on this host, but host(s) %s could not verify it", step,
+                        self.directory, ", ".join(str(h) for h in np.flatnonzero(statuses != _OK)))
+        return [bool(s == _OK) for s in statuses], (got if (statuses == _OK).all() else None)
+
+    def _drop_newer(self, step: int, steps: Sequence[int]) -> None:
+        """Delete the checkpoints newer than ``step`` (one that some host could not verify): the
+        resumed run writes those steps again (orbax refuses to save a step that exists). Host 0
+        deletes, every host waits for it (a collective) and re-lists."""
+        newer = [s for s in steps if s > step]
+        if not newer:
+            return
+        if jax.process_index() == 0:
+            for s in newer:
+                log.warning("checkpoint: deleting step %d in %s (not verified by every host): the run writes it "
+                            "again", s, self.directory)
+                path = epath.Path(self.directory) / str(s)
+                if path.exists():
+                    path.rmtree()
+        _every_host([0])  # every host past the deletion
+        self.manager.reload()
 
     def _warn(self, step, err, older):
         log.warning("checkpoint step %d in %s is unreadable (truncated or corrupt?): %s: %s; %s",
