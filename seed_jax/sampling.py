@@ -49,7 +49,10 @@ from seed_jax.models.scan_cache import StackedCache
 
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
-    """Static decode settings (hashable: part of the compiled program's key).
+    """Decode settings. What shapes the compiled programs is their static key (`program_key`:
+    ``max_new_tokens``, ``chunk``, ``top_k``, greedy or not, top-p filtering or not); the
+    temperature and top-p values are runtime arguments (`knobs`), so runs at T = 0.4 and T = 1.0
+    share one prefill and one decode program per bucket.
 
     The field names are `generate`'s keyword arguments:
     ``generate(model, tok, prompts, **dataclasses.asdict(sp))`` decodes with ``sp``.
@@ -70,6 +73,20 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+
+def program_key(sp: SamplingParams) -> SamplingParams:
+    """The static part of ``sp`` (the jitted prefill / decode programs' key): ``max_new_tokens``
+    (a shape: the token buffers are ``N`` long, the KV cache ``P + N``), ``chunk`` (the decode
+    loop's bound per call), ``top_k`` (``lax.top_k``'s static k), whether sampling is greedy
+    (``temperature == 0``: kept as 0, else 1) and whether top-p filters (``top_p < 1``: kept as
+    0.5, else 1). The values themselves travel in `knobs`."""
+    return dataclasses.replace(sp, temperature=float(sp.temperature > 0), top_p=1.0 if sp.top_p >= 1 else 0.5)
+
+
+def knobs(sp: SamplingParams) -> jax.Array:
+    """``[temperature, top_p]`` float32: the runtime part of ``sp`` (`program_key`)."""
+    return jnp.asarray([sp.temperature, sp.top_p], jnp.float32)
 
 
 BACKENDS = ("auto", "unrolled", "scan")
@@ -362,12 +379,15 @@ def _greedy(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
     return tok, lp
 
 
-def sample_token(logits: jax.Array, rng: jax.Array, sp: SamplingParams) -> tuple[jax.Array, jax.Array]:
+def sample_token(logits: jax.Array, rng: jax.Array, sp: SamplingParams,
+                 values: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """(token [B], log-prob [B]) for one decode step; see the module docstring. ``rng``: one
-    key for the whole batch, or one key per row (``[B, 2]``)."""
+    key for the whole batch, or one key per row (``[B, 2]``). ``values``: `knobs` (traced
+    ``[temperature, top_p]``) standing in for ``sp``'s values, ``sp`` then being a `program_key`."""
+    temperature, top_p = (sp.temperature, sp.top_p) if values is None else (values[0], values[1])
     if sp.temperature == 0:
         return _greedy(logits)
-    z = logits / sp.temperature
+    z = logits / temperature
     logp = jax.nn.log_softmax(z)
     filt = z
     if sp.top_k:
@@ -377,7 +397,7 @@ def sample_token(logits: jax.Array, rng: jax.Array, sp: SamplingParams) -> tuple
         sorted_z = jnp.sort(filt, axis=-1)[:, ::-1]
         probs = jax.nn.softmax(sorted_z, axis=-1)
         mass_before = jnp.cumsum(probs, axis=-1) - probs
-        cutoff_idx = jnp.sum(mass_before < sp.top_p, axis=-1) - 1
+        cutoff_idx = jnp.sum(mass_before < top_p, axis=-1) - 1
         cutoff = jnp.take_along_axis(sorted_z, cutoff_idx[:, None], -1)
         filt = jnp.where(filt < cutoff, -jnp.inf, filt)
     if rng.ndim == 2:
@@ -392,10 +412,10 @@ def _step_keys(row_keys, step):
     return jax.vmap(lambda k: jax.random.fold_in(k, step))(row_keys)
 
 
-def _initial_state(cfg, sp: SamplingParams, logits, cache, kv_mask, positions, rng, eos_ids, row_live,
+def _initial_state(cfg, sp: SamplingParams, values, logits, cache, kv_mask, positions, rng, eos_ids, row_live,
                    shard) -> DecodeState:
     B, N = kv_mask.shape[0], sp.max_new_tokens
-    tok, lp = sample_token(logits, _step_keys(rng, 0), sp)
+    tok, lp = sample_token(logits, _step_keys(rng, 0), sp, values)
     done = jnp.isin(tok, eos_ids) | ~row_live
     out = shard(jnp.zeros((B, N), jnp.int32).at[:, 0].set(tok), "rows")
     lps = shard(jnp.zeros((B, N), jnp.float32).at[:, 0].set(lp), "rows")
@@ -405,7 +425,8 @@ def _initial_state(cfg, sp: SamplingParams, logits, cache, kv_mask, positions, r
 
 @functools.partial(jax.jit, static_argnums=(1, 4, 8, 9))
 def _prefill(uparams, cfg: ModelConfig, tokens, mask, sp: SamplingParams, rng, eos_ids, row_live,
-             layout: Layout, chunks: int):
+             layout: Layout, chunks: int, values):
+    """``sp``: a `program_key`; ``values``: its `knobs`."""
     B, P = tokens.shape
     N = sp.max_new_tokens
     shard = layout.shard(cfg)
@@ -420,7 +441,7 @@ def _prefill(uparams, cfg: ModelConfig, tokens, mask, sp: SamplingParams, rng, e
         cache = StackedCache.zeros(cfg, B, P + N, uparams["lm_head"].dtype, shard)
         q_chunk = prefill_query_chunk(cfg, layout, B, P, chunks)
         logits, cache = scan_cache.prefill(uparams, cfg, tokens, positions, kv_mask, cache, chunks, shard, q_chunk)
-    return _initial_state(cfg, sp, logits, cache, kv_mask, positions, rng, eos_ids, row_live, shard)
+    return _initial_state(cfg, sp, values, logits, cache, kv_mask, positions, rng, eos_ids, row_live, shard)
 
 
 _unstack_layers = jax.jit(decoder.unstack_layers, static_argnums=1)
@@ -444,7 +465,8 @@ def _decode_params(params, cfg: ModelConfig) -> dict:
 
 @functools.partial(jax.jit, static_argnums=(1, 3, 8), donate_argnums=(2,))
 def _decode_chunk(uparams, cfg: ModelConfig, state: DecodeState, sp: SamplingParams, prompt_len,
-                  rng, eos_ids, pad_id, layout: Layout):
+                  rng, eos_ids, pad_id, layout: Layout, values):
+    """``sp``: a `program_key`; ``values``: its `knobs`."""
     end = jnp.minimum(state.step + sp.chunk, sp.max_new_tokens)
     shard = layout.shard(cfg)
 
@@ -463,7 +485,7 @@ def _decode_chunk(uparams, cfg: ModelConfig, state: DecodeState, sp: SamplingPar
         kv_mask = jax.lax.dynamic_update_slice_in_dim(
             s.kv_mask, jnp.ones((s.kv_mask.shape[0], 1), s.kv_mask.dtype), slot, axis=1)
         logits, cache = forward(prev, s.next_pos[:, None], kv_mask, s.cache, slot)
-        tok, lp = sample_token(logits, _step_keys(rng, s.step), sp)
+        tok, lp = sample_token(logits, _step_keys(rng, s.step), sp, values)
         tok = jnp.where(s.done, pad_id, tok)
         lp = jnp.where(s.done, 0.0, lp)
         tokens = jax.lax.dynamic_update_slice_in_dim(s.tokens, tok[:, None], s.step, axis=1)
@@ -571,7 +593,8 @@ def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperatur
             return jax.device_put(a, rows)
     chunks = prefill_chunks(cfg, layout, B, P_len) if layout.backend == "scan" else 1
     rng = put(rng)
-    state = _prefill(uparams, cfg, put(tokens), put(mask), sp, rng, eos_ids, put(row_live), layout, chunks)
+    key, values = program_key(sp), knobs(sp)
+    state = _prefill(uparams, cfg, put(tokens), put(mask), key, rng, eos_ids, put(row_live), layout, chunks, values)
     stop_at: dict[int, int] = {}
     checked = [0] * n
     while True:
@@ -597,7 +620,7 @@ def generate(model, tokenizer, prompts, *, max_new_tokens: int = 128, temperatur
             done, step = jax.device_get((state.done, state.step))
         if int(step) >= max_new_tokens or bool(np.all(done)):
             break
-        state = _decode_chunk(uparams, cfg, state, sp, P_len, rng, eos_ids, jnp.int32(pad_id), layout)
+        state = _decode_chunk(uparams, cfg, state, key, P_len, rng, eos_ids, jnp.int32(pad_id), layout, values)
     toks, lps, lengths, done = jax.device_get((state.tokens, state.logprobs, state.length, state.done))
     out_ids, texts, out_lps, reasons = [], [], [], []
     eos_set = set(eos)
@@ -658,8 +681,10 @@ def lower_programs(cfg: ModelConfig, layout: Layout, rows: int, prompt_len: int,
     chunks = prefill_chunks(cfg, layout, rows, prompt_len) if layout.backend == "scan" else 1
     args = (abstract((rows, prompt_len), jnp.int32), abstract((rows, prompt_len), jnp.int32), sp,
             abstract((rows, 2), jnp.uint32), jax.ShapeDtypeStruct((1,), jnp.int32), abstract((rows,), jnp.bool_))
-    prefill = _prefill.lower(uparams, cfg, *args[:2], args[2], args[3], args[4], args[5], layout, chunks)
+    values = jax.ShapeDtypeStruct((2,), jnp.float32)
+    prefill = _prefill.lower(uparams, cfg, *args[:2], program_key(sp), args[3], args[4], args[5], layout, chunks,
+                             values)
     state = prefill.out_info
-    decode = _decode_chunk.lower(uparams, cfg, state, sp, prompt_len, args[3], args[4],
-                                 jax.ShapeDtypeStruct((), jnp.int32), layout)
+    decode = _decode_chunk.lower(uparams, cfg, state, program_key(sp), prompt_len, args[3], args[4],
+                                 jax.ShapeDtypeStruct((), jnp.int32), layout, values)
     return {"prefill": prefill, "decode": decode}

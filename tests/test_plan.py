@@ -671,7 +671,7 @@ def test_the_plan_lists_the_sampler_buckets_a_run_may_compile():
     the one holding 6); prompts of at most 100 tokens -> lengths 16 .. 128 of the bucket list (7);
     with waves of 2 rows only 1 and 2 rows remain."""
     from configs.search import get_config
-    from seed_jax.plan.analysis import format_plan, plan_run
+    from seed_jax.plan.analysis import compile_estimate, format_plan, plan_run
     from seed_jax.plan.targets import parse_target
 
     c = get_config("tiny")
@@ -681,6 +681,10 @@ def test_the_plan_lists_the_sampler_buckets_a_run_may_compile():
     assert plan.buckets["rollout"] == [(r, n) for r in (1, 2, 4, 8) for n in lens]
     assert "rollout sampler buckets the run may compile: rows [1, 2, 4, 8] x prompt lengths 16..128 (7) = 28" \
         in format_plan(plan)
+    # 28 buckets of one decode program each, timed as the plan's own compile of the largest
+    (decode,) = plan.programs
+    assert compile_estimate(plan) == (28, pytest.approx(28 * decode.compile_s))
+    assert f"the run compiles about 28 programs, about {28 * decode.compile_s / 60:.1f} min" in format_plan(plan)
     c.rollout.wave_rows = 2
     assert plan_run(c, parse_target("cpu:1"), {"rollout_decode"}).buckets["rollout"] == [
         (r, n) for r in (1, 2) for n in lens]

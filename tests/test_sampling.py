@@ -257,3 +257,32 @@ def test_closed_sampler_scope_lets_a_step_donate_the_params(tiny_model_dirs, smo
     assert donated_share(inside=True) < 1.0  # the layer views pin their buffers
     assert donated_share(inside=False) == 1.0
     assert not sampling._SCOPES
+
+
+def test_temperature_and_top_p_are_runtime_values_of_one_program(tiny_model_dirs, smol_tokenizer):
+    """Collect / eval (T = 0.4) and RL (T = 1.0) sample with the same compiled prefill and decode
+    programs: a second temperature (and a second top_p) compiles nothing. Each call equals a call
+    at that temperature alone (the traced value samples as the constant did): the T = 1.0 draw after
+    the T = 0.4 one equals a T = 1.0 draw on a fresh program cache, and the two temperatures draw
+    differently. Greedy (T = 0) and top-k, which change the program, still compile their own."""
+    from seed_jax import sampling
+
+    model = load_model(tiny_model_dirs["llama"][1])
+    kw = dict(max_new_tokens=12, seed=5, chunk=4, ignore_eos=True)
+    jax.clear_caches()
+    cool = generate(model, smol_tokenizer, PROMPTS, temperature=0.4, **kw)
+    def sizes():
+        return sampling._prefill._cache_size(), sampling._decode_chunk._cache_size()
+
+    first = sizes()
+    warm = generate(model, smol_tokenizer, PROMPTS, temperature=1.0, **kw)
+    assert sizes() == first
+    generate(model, smol_tokenizer, PROMPTS, temperature=0.7, top_p=0.9, **kw)  # top_p < 1: the filter's program
+    nucleus = sizes()
+    assert nucleus[0] == first[0] + 1
+    generate(model, smol_tokenizer, PROMPTS, temperature=0.7, top_p=0.8, **kw)
+    assert sizes() == nucleus
+    jax.clear_caches()
+    alone = generate(model, smol_tokenizer, PROMPTS, temperature=1.0, **kw)
+    assert warm.token_ids == alone.token_ids and warm.logprobs == alone.logprobs
+    assert cool.token_ids != warm.token_ids

@@ -482,6 +482,10 @@ def format_plan(plan: Plan) -> str:
         rows, lens = sorted({r for r, _ in pairs}), sorted({n for _, n in pairs})
         lines.append(f"{name} sampler buckets the run may compile: rows {rows} x prompt lengths {lens[0]}..{lens[-1]} "
                      f"({len(lens)}) = {len(pairs)} (prefill, decode) pairs (the plan compiles the largest)")
+    count, seconds = compile_estimate(plan)
+    if count:
+        lines.append(f"the run compiles about {count} programs, about {seconds / 60:.1f} min of compiling (each "
+                     f"sampler bucket timed as the planned largest; the persistent cache spares a re-run)")
     for field, key in CHOICE_KEYS.items():
         choice = getattr(plan, field)
         if choice is not None:
@@ -493,6 +497,21 @@ def format_plan(plan: Plan) -> str:
         lines.append(misfit_message(plan))
     lines.append(f"fits: {'yes' if plan.fits else 'no'}")
     return "\n".join(lines)
+
+
+def compile_estimate(plan: Plan) -> tuple[int, float]:
+    """``(programs, seconds)`` the run compiles: each planned program once, except a sampler's
+    prefill and decode (``<label>_prefill`` / ``<label>_decode``), once per bucket of
+    ``plan.buckets[label]``; seconds = sum of count x the plan's own measured compile time of that
+    program (a bucket's time taken as the largest bucket's: an upper estimate)."""
+    count, seconds = 0, 0.0
+    for p in plan.programs:
+        label = p.name.rsplit("_", 1)[0]
+        n = len(plan.buckets.get(label, [])) if p.name.endswith(("_prefill", "_decode")) else 1
+        n = max(n, 1)
+        count += n
+        seconds += n * p.compile_s
+    return count, seconds
 
 
 def write_json(plan: Plan, path: str | Path) -> None:
