@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.test_multihost import REPO, _free_port, _host_env, _launch
+from tests._multihost import REPO, free_port, host_env, launch
 
 STALL_S = 90  # run.stall_timeout_s of the killed run
 KILL_FLAGS = ("--config.method=seed_no_sft", "--config.rl.num_updates=3", "--stages=rl",
@@ -49,8 +49,8 @@ class Host:
 
 
 def _hosts(argv_for, hosts: int = 2) -> list[Host]:
-    port = _free_port()
-    return [Host(argv_for(pid), _host_env(port, pid)) for pid in range(hosts)]
+    port = free_port()
+    return [Host(argv_for(pid), host_env(port, pid)) for pid in range(hosts)]
 
 
 def _launch_cmd(workdir, *flags):
@@ -66,7 +66,7 @@ def _kill_all(hosts):
 
 @pytest.mark.slow
 def test_a_host_killed_during_rl_ends_the_other_and_the_relaunch_is_bit_identical(tmp_path):
-    _launch(tmp_path / "whole", *KILL_FLAGS)
+    launch(tmp_path / "whole", *KILL_FLAGS)
     hosts = _hosts(lambda pid: _launch_cmd(tmp_path / "killed", *KILL_FLAGS))
     try:
         assert hosts[0].wait_for("RL update 1/3", timeout=900), hosts[0].text()[-3000:]
@@ -81,7 +81,7 @@ def test_a_host_killed_during_rl_ends_the_other_and_the_relaunch_is_bit_identica
     assert rc != 0, hosts[0].text()[-3000:]
     assert took < STALL_S + 60
     assert not (tmp_path / "killed" / "rl" / "final_model").exists()
-    _launch(tmp_path / "killed", *KILL_FLAGS)  # relaunch of both hosts: RL resumes
+    launch(tmp_path / "killed", *KILL_FLAGS)  # relaunch of both hosts: RL resumes
     whole = (tmp_path / "whole" / "rl" / "final_model" / "model.safetensors").read_bytes()
     assert (tmp_path / "killed" / "rl" / "final_model" / "model.safetensors").read_bytes() == whole
 
