@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 from jax.sharding import Mesh
 
 from seed_jax.models import ModelConfig
@@ -137,3 +138,21 @@ def test_phase_peaks_add_the_resident_trees_a_program_does_not_take():
     assert peaks["collect"] == (4e4 + 1, "rollout_decode") and peaks["eval"] == peaks["collect"]
     assert peaks["rl_logprobs"] == (2e3 + 100 + 1000, "logprobs")
     assert peaks["sft"] == (110.0, None)  # no planned program: the resident trees alone
+
+
+@pytest.mark.slow
+def test_two_hosts_of_four_devices_hold_what_the_residency_plan_says(tmp_path, monkeypatch):
+    """The tiny run as 2 processes x 4 fake CPU devices (fsdp over all 8): host 0's devices at every
+    phase are balanced and within 15% of the plan (the sampler copy is each host's own)."""
+    from tests._multihost import launch
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    launch(tmp_path / "w", "--config.mesh.data=1", "--config.mesh.fsdp=8", "--config.train.micro_batch_size=8",
+           "--config.rl.num_updates=1", timeout=1500)
+    lines = [json.loads(x) for x in (tmp_path / "w" / "residency.jsonl").read_text().splitlines()]
+    assert {"collect", "sft", "rl_rollout", "rl_logprobs", "rl_train", "eval"} <= {x["phase"] for x in lines}
+    for line in lines:
+        per = list(line["measured"].values())
+        assert len(per) == 4
+        assert max(per) <= 1.25 * np.mean(per), line
+        assert abs(max(per) - line["planned"]) <= 0.15 * line["planned"], line
