@@ -35,14 +35,10 @@ of an unfinished stage), prints ``preempted at ...; relaunch to resume`` and exi
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import re
 import sys
 import time
-from collections.abc import Mapping
-from pathlib import Path
 
 import jax
 import ml_collections
@@ -55,10 +51,12 @@ from seed_jax.pipeline import evaluate, rl, stage1
 from seed_jax.pipeline.auto_sizes import resolve_without_plan
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.multihost import barrier
-from seed_jax.pipeline.run import (
-    RESULT_NEUTRAL_KEYS,
+from seed_jax.pipeline.run import (  # noqa: F401  (default_workdir, WORKDIR_NAME_NEUTRAL: the launch's names too)
+    WORKDIR_NAME_NEUTRAL,
     Run,
     check_relaunch,
+    config_preset,
+    default_workdir,
     stage_plan,
     write_config,
 )
@@ -92,9 +90,6 @@ _PLAN = flags.DEFINE_string("plan", "auto", "Compile every program for the run's
 
 log = logging.getLogger("seed_jax")
 ENV_STAGES = ("collect", "rl", "eval")  # the stages that step environments (a retriever must answer)
-# overrides left out of the default run directory's hash: the method is in its name, and keys that do
-# not change results, or continue a run (a raised rl.num_updates), keep the directory
-WORKDIR_NAME_NEUTRAL = RESULT_NEUTRAL_KEYS | {"method", "rl.num_updates"}
 
 
 def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str | None = None,
@@ -229,17 +224,6 @@ def check_plan(config, plan: str, dry_run: bool = False) -> None:
             log.info("%s = -1: the plan's choice is %d rows", key, choice.rows)
 
 
-def default_workdir(config, preset: str, overrides: Mapping[str, object]) -> Path:
-    """``runs/<env>-<preset>-<method>``, plus ``-<6 hex>`` of the overrides that change results."""
-    name = f"{config.env.name}-{preset}-{config.method}"
-    kept = {k: v.to_dict() if hasattr(v, "to_dict") else v for k, v in overrides.items()
-            if k not in WORKDIR_NAME_NEUTRAL}
-    if kept:
-        blob = json.dumps(kept, sort_keys=True, default=str)
-        name += "-" + hashlib.sha256(blob.encode()).hexdigest()[:6]
-    return Path("runs") / name
-
-
 def flag_error_message(err: BaseException) -> str:
     """One line for an error of the command line (an unknown or mistyped key, a bad preset)."""
     text = str(err)
@@ -275,10 +259,6 @@ def parse_flags(argv: list[str]) -> list[str]:
     except (flags.Error, AttributeError, KeyError) as e:
         print(f"error: {flag_error_message(e)}", file=sys.stderr)
         sys.exit(2)
-
-
-def config_preset(spec: str) -> str:
-    return spec.split(":", 1)[1] if ":" in spec else "local"
 
 
 def main(argv):

@@ -656,11 +656,13 @@ def shape_buckets(max_rows: int, max_prompt_tokens: int, layout: Layout,
     return [(r, p) for r in rows for p in lens]
 
 
-def lower_programs(cfg: ModelConfig, layout: Layout, rows: int, prompt_len: int, sp: SamplingParams) -> dict:
+def lower_programs(cfg: ModelConfig, layout: Layout, rows: int, prompt_len: int, sp: SamplingParams,
+                   eos_count: int = 1) -> dict:
     """The prefill and decode-chunk programs of one ``(rows, prompt_len)`` bucket, lowered from
     abstract inputs (no parameters or cache allocated): ``{"prefill": Lowered, "decode":
     Lowered}``, e.g. for ``.compile().memory_analysis()`` in a capacity plan. ``layout``:
-    `resolve_layout` (``scan``: the arguments carry the sampler's shardings)."""
+    `resolve_layout` (``scan``: the arguments carry the sampler's shardings); ``eos_count``: the
+    EOS ids `generate` stops on (a shape)."""
     shard = None if layout.mesh is None else (lambda spec: NamedSharding(layout.mesh, spec))
 
     def abstract(shape, dtype, spec=None):
@@ -680,7 +682,7 @@ def lower_programs(cfg: ModelConfig, layout: Layout, rows: int, prompt_len: int,
             uparams = jax.tree.map(lambda a: abstract(a.shape, resolve_dtype(cfg.dtype), P()), uparams)
     chunks = prefill_chunks(cfg, layout, rows, prompt_len) if layout.backend == "scan" else 1
     args = (abstract((rows, prompt_len), jnp.int32), abstract((rows, prompt_len), jnp.int32), sp,
-            abstract((rows, 2), jnp.uint32), jax.ShapeDtypeStruct((1,), jnp.int32), abstract((rows,), jnp.bool_))
+            abstract((rows, 2), jnp.uint32), jax.ShapeDtypeStruct((eos_count,), jnp.int32), abstract((rows,), jnp.bool_))
     values = jax.ShapeDtypeStruct((2,), jnp.float32)
     prefill = _prefill.lower(uparams, cfg, *args[:2], program_key(sp), args[3], args[4], args[5], layout, chunks,
                              values)

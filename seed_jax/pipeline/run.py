@@ -24,8 +24,11 @@ every host reads them.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
+from collections.abc import Mapping
+from pathlib import Path
 
 import jax
 from etils import epath
@@ -107,6 +110,27 @@ RESULT_NEUTRAL_KEYS = frozenset({
     "tracking.wandb_entity", "tracking.wandb_mode", "mesh.data", "mesh.fsdp", "mesh.tensor", "xla.cache_dir",
     "rollout.wave_rows", "sampler.backend", "sampler.tensor_parallel", "sampler.prefill_scratch_mb",
     "run.stall_timeout_s"})
+
+
+# overrides left out of the default run directory's hash: the method is in its name, and keys that do
+# not change results, or continue a run (a raised rl.num_updates), keep the directory
+WORKDIR_NAME_NEUTRAL = RESULT_NEUTRAL_KEYS | {"method", "rl.num_updates"}
+
+
+def default_workdir(config, preset: str, overrides: Mapping[str, object]) -> Path:
+    """``runs/<env>-<preset>-<method>``, plus ``-<6 hex>`` of the overrides that change results."""
+    name = f"{config.env.name}-{preset}-{config.method}"
+    kept = {k: v.to_dict() if hasattr(v, "to_dict") else v for k, v in overrides.items()
+            if k not in WORKDIR_NAME_NEUTRAL}
+    if kept:
+        blob = json.dumps(kept, sort_keys=True, default=str)
+        name += "-" + hashlib.sha256(blob.encode()).hexdigest()[:6]
+    return Path("runs") / name
+
+
+def config_preset(spec: str) -> str:
+    """The preset of a ``--config=<file>[:preset]`` spelling (default ``local``)."""
+    return spec.split(":", 1)[1] if ":" in spec else "local"
 
 
 class ConfigChangedError(ConfigValueError):

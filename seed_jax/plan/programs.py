@@ -176,7 +176,8 @@ def logprob_program(name: str, model_cfg: ModelConfig, tc: TrainConfig, rows: in
     cfg = tc.apply_to(model_cfg)
     params = abstract_train_state(model_cfg, tc).params
     _check_rows("train.micro_batch_size", rows, mesh)
-    fn = make_logprob_pass(cfg, prompt_len, resp_len, tc.logits_chunk, mesh, tc.temperature)
+    # no logits chunk, as the run's passes (`compute_logprobs`) make it: the same program
+    fn = make_logprob_pass(cfg, prompt_len, resp_len, None, mesh, tc.temperature)
     p = with_sharding(params, param_shardings(cfg, mesh))
     ids = sds((rows, prompt_len + resp_len), jnp.int32, batch_sharding(mesh))
     note = f"{rows} rows x {prompt_len}+{resp_len} tokens" + (f" ({hosts} hosts together)" if hosts > 1 else "")
@@ -184,18 +185,18 @@ def logprob_program(name: str, model_cfg: ModelConfig, tc: TrainConfig, rows: in
 
 
 def sampler_programs(label: str, model_cfg: ModelConfig, rows: int, prompt_len: int, sp: SamplingParams,
-                     devices, backend: str = "scan", tensor_parallel: int = 1, scratch_bytes: int = 1 << 30
-                     ) -> list[Program]:
+                     devices, backend: str = "scan", tensor_parallel: int = 1, scratch_bytes: int = 1 << 30,
+                     eos_count: int = 1) -> list[Program]:
     """Prefill and one decode chunk of the sampler (`seed_jax.sampling.lower_programs`) for ``rows``
     prompts of ``prompt_len`` tokens, laid out as the run's sampler lays itself out over
     ``devices`` (one host's: `host_devices`; `sampling.resolve_layout`: ``scan`` puts rows over
     the devices, the sampler copy replicated or split by heads over ``tensor_parallel`` devices,
-    the cache created sharded)."""
+    the cache created sharded; ``eos_count``: the EOS ids it stops on)."""
     spec = sampling.SamplerSpec(backend=backend, tensor_parallel=tensor_parallel,
                                 prefill_scratch_bytes=scratch_bytes, devices=tuple(devices))
     layout = sampling.resolve_layout(spec)
     rows = round_to_multiple(rows, layout.row_shards)  # as `generate` fills its rows (fewer rows than shards too)
-    lowered = sampling.lower_programs(model_cfg, layout, rows, prompt_len, sp)
+    lowered = sampling.lower_programs(model_cfg, layout, rows, prompt_len, sp, eos_count)
     note = f"{rows} rows x {prompt_len} prompt + {sp.max_new_tokens} new tokens ({backend} sampler)"
     return [Program(f"{label}_prefill", None, (), note, lowered=lowered["prefill"]),
             Program(f"{label}_decode", None, (), f"{note}; one chunk of {sp.chunk} steps",
