@@ -460,7 +460,11 @@ def _decode_params(params, cfg: ModelConfig) -> dict:
     if not on_cpu:
         return _unstack_layers(params, cfg)
     host = {**params, "layers": jax.tree.map(np.asarray, params["layers"])}  # zero-copy on CPU
-    return decoder.unstack_layers(host, cfg, take_layer=lambda a, i: jax.device_put(a[i]))
+    out = decoder.unstack_layers(host, cfg, take_layer=lambda a, i: jax.device_put(a[i]))
+    # the other leaves uncommitted too, as the layers are: the sampler's programs then do not depend on
+    # the shardings of the tree copied from (a train mesh's), so `lower_programs` builds the same ones
+    return {k: v if k.startswith("layers_") else jax.tree.map(lambda a: jax.device_put(np.asarray(a)), v)
+            for k, v in out.items()}
 
 
 @functools.partial(jax.jit, static_argnums=(1, 3, 8), donate_argnums=(2,))
@@ -686,7 +690,11 @@ def lower_programs(cfg: ModelConfig, layout: Layout, rows: int, prompt_len: int,
     values = jax.ShapeDtypeStruct((2,), jnp.float32)
     prefill = _prefill.lower(uparams, cfg, *args[:2], program_key(sp), args[3], args[4], args[5], layout, chunks,
                              values)
-    state = prefill.out_info
+    # the decode chunk's state as `generate` passes it: the prefill's outputs, their shardings and weak types
+    weak = jax.eval_shape(lambda u, t, m, r, e, live, v: _prefill(u, cfg, t, m, program_key(sp), r, e, live, layout,
+                                                                   chunks, v), uparams, *args[:2], *args[3:], values)
+    state = jax.tree.map(lambda o, w: jax.ShapeDtypeStruct(o.shape, o.dtype, sharding=o.sharding, weak_type=w.weak_type),
+                         prefill.out_info, weak)
     decode = _decode_chunk.lower(uparams, cfg, state, program_key(sp), prompt_len, args[3], args[4],
                                  jax.ShapeDtypeStruct((), jnp.int32), layout, values)
     return {"prefill": prefill, "decode": decode}
