@@ -21,7 +21,7 @@ from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.train.preemption import Preempted
 
 REPO = Path(__file__).resolve().parents[1]
-TASKS, CHUNK = 6, 1  # collect: 6 tasks x 2 episodes (the tiny preset's group), one task per chunk
+TASKS, CHUNK = 6, 2  # collect: 6 tasks x 2 episodes (the tiny preset's group), one task (2 episodes) per chunk
 
 
 def _config(chunk: int = CHUNK, tasks: int = TASKS):
@@ -29,7 +29,7 @@ def _config(chunk: int = CHUNK, tasks: int = TASKS):
 
     c = get_config("tiny")
     c.stage1.num_tasks = tasks
-    c.run.rollout_chunk_tasks = chunk
+    c.run.rollout_chunk_episodes = chunk
     return c
 
 
@@ -72,7 +72,7 @@ def test_sigterm_during_collect_keeps_its_finished_chunks(reference, tmp_path, c
     only the tasks left and writes the uninterrupted run's file byte for byte."""
     part = tmp_path / "parts" / "collect" / "trajectories.jsonl"
     cmd = [sys.executable, "-m", "seed_jax.launch", "--config=configs/search.py:tiny", f"--workdir={tmp_path}",
-           "--stages=collect", f"--config.stage1.num_tasks={TASKS}", f"--config.run.rollout_chunk_tasks={CHUNK}"]
+           "--stages=collect", f"--config.stage1.num_tasks={TASKS}", f"--config.run.rollout_chunk_episodes={CHUNK}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get(
         "PYTHONPATH", "")])}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -106,7 +106,7 @@ def test_preempted_eval_relaunch_evaluates_the_rest(tmp_path, monkeypatch):
     from seed_jax.launch import run_pipeline
 
     def evaluate(workdir):
-        c = _config()
+        c = _config(chunk=1)  # eval: one episode per task
         run_pipeline(c, workdir, stages="eval")
         return {f.name: f.read_bytes() for f in sorted((workdir / "eval").iterdir())}
 
@@ -149,4 +149,6 @@ def test_a_part_keeps_only_its_whole_tasks_and_forgets_another_runs(tmp_path):
 
 
 def test_chunk_size_is_per_host():
-    assert chunk_size(32, 180, 4) == 128 and chunk_size(0, 180, 4) == 180 and chunk_size(0, 0, 1) == 1
+    assert chunk_size(256, 8, 180, 4) == 128 and chunk_size(256, 1, 180, 2) == 512
+    assert chunk_size(3, 8, 180, 2) == 2  # whole tasks, at least one per host
+    assert chunk_size(0, 8, 180, 4) == 180 and chunk_size(0, 8, 0, 1) == 1

@@ -1,7 +1,7 @@
 """Collect and eval rollouts in chunks whose finished episodes survive a preemption.
 
-A stage's task list is rolled out chunk by chunk, ``run.rollout_chunk_tasks`` tasks per host in
-each (`chunk_size`; 0: one chunk). After a chunk every host holds its trajectories
+A stage's task list is rolled out chunk by chunk, each of ``run.rollout_chunk_episodes`` episodes
+per host in whole tasks (`chunk_size`; 0: one chunk). After a chunk every host holds its trajectories
 (`host_rollouts` gathers them), host 0 appends them to the stage's part file
 ``parts/<stage>/<name>.jsonl`` (`seed_jax.jsonl.append_lines`, local or ``gs://``), and every
 host asks `preemption_requested` together: when any host was told to stop, every host raises
@@ -41,9 +41,12 @@ from seed_jax.train.preemption import Preempted, preemption_requested
 log = logging.getLogger("seed_jax")
 
 
-def chunk_size(per_host: int, n_tasks: int, hosts: int) -> int:
-    """Tasks in one chunk: ``per_host * hosts`` (``per_host`` 0: all ``n_tasks``); at least 1."""
-    return max(per_host * hosts if per_host else n_tasks, 1)
+def chunk_size(episodes: int, group_size: int, n_tasks: int, hosts: int) -> int:
+    """Tasks in one chunk: ``max(episodes // group_size, 1) * hosts``, ``episodes`` per host in
+    whole tasks of ``group_size`` episodes (``episodes`` 0: all ``n_tasks``); at least 1."""
+    if not episodes:
+        return max(n_tasks, 1)
+    return max(episodes // group_size, 1) * hosts
 
 
 def chunked_rollouts(run: Run, backend, policy: Policy, tasks: Sequence[dict], settings, *, seed: int, tag: str,
@@ -66,7 +69,7 @@ def chunked_rollouts(run: Run, backend, policy: Policy, tasks: Sequence[dict], s
     if start:
         log.info("%s %s: %d of %d tasks already rolled out (%s); rolling out the rest", stage, name, start,
                  len(tasks), part)
-    size = chunk_size(run.config.run.rollout_chunk_tasks, len(tasks), jax.process_count())
+    size = chunk_size(run.config.run.rollout_chunk_episodes, group, len(tasks), jax.process_count())
     for a in range(start, len(tasks), size):
         b = min(a + size, len(tasks))
         got = host_rollouts(backend, policy, tasks[a:b], settings, gather=True, seed=seed, tag=tag, task_offset=a,

@@ -117,7 +117,7 @@ RESULT_NEUTRAL_KEYS = frozenset({
     "stage1.openai_max_concurrency", "model.remat", "stage1.sft_remat", "model.attention", "tracking.wandb", "tracking.wandb_project",
     "tracking.wandb_entity", "tracking.wandb_mode", "mesh.data", "mesh.fsdp", "mesh.tensor", "xla.cache_dir",
     "rollout.wave_rows", "sampler.backend", "sampler.tensor_parallel", "sampler.prefill_scratch_mb",
-    "run.stall_timeout_s", "run.rollout_chunk_tasks"})
+    "run.stall_timeout_s", "run.rollout_chunk_episodes"})
 
 
 class ConfigChangedError(ConfigValueError):
