@@ -60,6 +60,11 @@ def base_config() -> ml_collections.ConfigDict:
     # optimizer step, barrier, ...) for this many seconds logs what it waited on and exits with code 3,
     # so that no host of a pod waits for ever on a stuck one; 0 = off
     c.run.stall_timeout_s = 1800.0
+    # collect and eval roll out their tasks in chunks of about this many episodes per host (whole
+    # tasks, at least one); after each chunk its episodes are saved (parts/<stage>/) and a preemption
+    # notice stops the run, whose relaunch rolls out only the tasks left (seed_jax/pipeline/chunked.py);
+    # 0 = all tasks in one chunk
+    c.run.rollout_chunk_episodes = 256
 
     c.rollout = ml_collections.ConfigDict()
     c.rollout.group_size = 8

@@ -3,8 +3,9 @@
 - Typed records (`write_records` / `iter_records`): trajectories (`seed_jax.rollout.trajectory`)
   and stage-1 SFT records (`seed_jax.skills`); each record type brings its own ``to_json`` /
   ``from_json``.
-- Append-only logs of dicts (`append_jsonl` / `read_jsonl`): metrics.jsonl, skills.jsonl and
-  the other per-update logs. Appends are crash-safe: one write of whole lines, then flush and
+- Append-only logs of dicts (`append_jsonl` / `read_jsonl`; `append_lines` for records that
+  bring their own ``to_json``): metrics.jsonl, skills.jsonl, the other per-update logs and the
+  part files of chunked rollouts. Appends are crash-safe: one write of whole lines, then flush and
   ``os.fsync``; `repair_torn_tail` removes a line torn by a kill before the next append, and
   `read_jsonl` skips one at the end with a warning.
 
@@ -107,7 +108,13 @@ def repair_torn_tail(path: str | os.PathLike) -> None:
 def append_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> None:
     """Append ``records`` as strict-JSON lines in one write, then flush and fsync; on a remote
     path, upload the old content plus the new lines as one object."""
-    text = "".join(json.dumps(r, allow_nan=False, ensure_ascii=False) + "\n" for r in records)
+    append_lines(path, [json.dumps(r, allow_nan=False, ensure_ascii=False) for r in records])
+
+
+def append_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
+    """Append ``lines`` (each one JSON object, without its newline) in one write, then flush and
+    fsync; on a remote path, upload the old content plus the new lines as one object."""
+    text = "".join(line + "\n" for line in lines)
     if not text:
         return
     if is_remote(path):

@@ -28,8 +28,9 @@ is initialised first; each host runs its own environments for its share of the t
 global mesh serves the train step.
 
 SIGTERM (a preemption notice) on any host: every host stops at the same boundary, the end of
-the RL update under way (saved first) or of the stage under way (collect and eval keep nothing
-of an unfinished stage), prints ``preempted at ...; relaunch to resume`` and exits 0
+the RL update under way (saved first), of the chunk of collect / eval tasks under way (its
+episodes saved, ``run.rollout_chunk_episodes`` per host: the relaunch rolls out only the tasks
+left) or of the stage under way, prints ``preempted ...; relaunch to resume`` and exits 0
 (`seed_jax.train.preemption`).
 """
 

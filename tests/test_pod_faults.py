@@ -1,6 +1,6 @@
 """Faults of a multi-host run, tried with two local CPU processes as the hosts of one
-jax.distributed job (the tiny search preset): a checkpoint only one host cannot read, and a
-preemption notice (SIGTERM) to every host in the middle of RL."""
+jax.distributed job (the tiny search preset): a checkpoint only one host cannot read, a
+preemption notice (SIGTERM) to every host in the middle of RL, and one to one host during collect."""
 
 from __future__ import annotations
 
@@ -85,3 +85,35 @@ def test_sigterm_to_every_host_mid_rl_saves_stops_and_the_relaunch_finishes_iden
         assert f"RL: resumed from checkpoint {update} (next update {update + 1})" in out, out[-3000:]
     assert json.loads((run / "stages" / "rl.json").read_text())
     assert_same_weights(final_weights(run), final_weights(tmp_path / "ref"))
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_host_during_collect_stops_both_after_a_chunk_and_the_relaunch_collects_the_rest(tmp_path):
+    """Collect of 8 tasks in chunks of one task per host (2 episodes each). SIGTERM to host 1
+    only, once the first chunk is in the part file: both hosts stop after the same chunk, exit 0
+    with the same preempted line, the stage unfinished; the relaunch rolls out only the tasks
+    left and writes the trajectories of an uninterrupted 2-host collect byte for byte."""
+    flags = ("--stages=collect", "--config.stage1.num_tasks=8", "--config.run.rollout_chunk_episodes=2")
+    launch(tmp_path / "ref", *flags)
+    run = tmp_path / "run"
+    part = run / "parts" / "collect" / "trajectories.jsonl"
+    procs = start_run(run, *flags)
+    deadline = time.time() + 600
+    while time.time() < deadline and all(p.poll() is None for p in procs):
+        if part.exists() and len(part.read_text().splitlines()) >= 5:  # header + the first chunk's 2 x 2
+            break
+        time.sleep(0.1)
+    assert all(p.poll() is None for p in procs), "a host ended before the first chunk was written"
+    os.kill(procs[1].pid, signal.SIGTERM)
+    outs = finish(procs, timeout=300)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    stops = [[line for line in out.splitlines() if line.startswith("preempted in stage collect")] for out in outs]
+    assert all(stops) and stops[0] == stops[1], [out[-3000:] for out in outs]
+    assert not (run / "stages" / "collect.json").exists() and not (run / "stage1" / "trajectories.jsonl").exists()
+    kept = len(part.read_text().splitlines()) - 1
+    assert kept % 4 == 0 and 4 <= kept < 16, kept
+    outs = launch(run, *flags)
+    assert f"{kept // 2} of 8 tasks already rolled out" in outs[0], outs[0][-3000:]
+    got = (run / "stage1" / "trajectories.jsonl").read_bytes()
+    assert got == (tmp_path / "ref" / "stage1" / "trajectories.jsonl").read_bytes()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -281,3 +283,34 @@ def test_env_exception_ends_only_that_episode(pool2):
     # slot 40's env was dropped and is rebuilt from its slot seed at the next reset
     res = pool2.reset({40: {"target": 5}})
     assert res[40].observation == CounterEnv(ref_seed(SEED, 40)).reset({"target": 5})[0]
+
+
+def test_worker_survives_a_sigterm_during_a_step(pool2):
+    """A TPU VM's preemption SIGTERM may reach every process: a worker ignores it (the parent
+    stops at a boundary and ends its workers on close), so the step under way completes."""
+    slots = [60, 61]
+    pool2.reset(tasks_for(slots))
+    pids, before = pool2.worker_pids(), dict(pool2.stats)
+    timer = threading.Timer(0.3, os.kill, (pids[1], signal.SIGTERM))  # during slot 61's 1 s step
+    timer.start()
+    res = pool2.step({60: "<action>inc</action>", 61: "<action>sleep</action>"})
+    timer.join()
+    assert not any(r.env_error for r in res.values()), res[61].error
+    assert pool2.worker_pids() == pids and pool2.stats == before
+
+
+def test_a_pool_left_open_does_not_hold_up_exit():
+    """multiprocessing's exit hook SIGTERMs daemon children, then joins them; the pool closes its
+    workers first, so a process that exits without closing its pool still ends."""
+    code = ("import sys; sys.path.insert(0, 'tests')\n"
+            "from _pool_envs import CounterEnv\n"
+            "from seed_jax.rollout.pool import EnvFactory, open_env_pool\n"
+            "if __name__ == '__main__':\n"
+            "    pool = open_env_pool(EnvFactory(CounterEnv), num_workers=2, step_timeout_s=5.0)\n"
+            "    pool.reset({0: {'target': 4}})\n"
+            "    print('open', flush=True)\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and "open" in proc.stdout, proc.stderr[-2000:]

@@ -23,3 +23,5 @@ def test_sigterm_on_one_process_is_read_at_the_next_boundary():
 def test_the_stop_line_names_the_update_or_the_stage():
     assert str(Preempted(3)) == "preempted at update 3; relaunch to resume"
     assert str(Preempted(stage="collect")) == "preempted at the end of stage collect; relaunch to resume"
+    assert str(Preempted(stage="collect", progress="4 of 8 tasks")) == \
+        "preempted in stage collect after 4 of 8 tasks; relaunch to resume"

@@ -143,6 +143,29 @@ def test_remote_file_helpers(bucket):
     shutil.rmtree(local)  # local_copy's download lives until exit; the fixture checks TMPDIR is empty
 
 
+def test_collect_parts_in_a_bucket(bucket):
+    """A chunked collect's part file (`seed_jax.pipeline.chunked`) in a gs:// run directory: started,
+    appended, read back by a relaunch, and removed when the stage is marked done."""
+    from seed_jax.jsonl import append_lines
+    from seed_jax.pipeline.chunked import read_part
+    from seed_jax.pipeline.run import Run
+    from seed_jax.rollout.trajectory import Trajectory
+
+    run = Run(_config(1), WORKDIR)
+    part = run.path("parts", "collect", "trajectories.jsonl")
+    header = {"part": "trajectories", "tasks": 2, "group_size": 1, "seed": 0, "policy": "random@0"}
+    assert read_part(part, header, 1) == []
+    traj = Trajectory(task_id="0", group_id=0, traj_id="s1/0#0", task_description="t", steps=[],
+                      episode_reward=0.0, won=False)
+    append_lines(part, [traj.to_json()])
+    assert read_part(part, header, 1) == [traj]
+    stored = bucket / "b" / "run" / "parts" / "collect" / "trajectories.jsonl"
+    assert stored.read_text().splitlines() == [json.dumps(header), traj.to_json()]
+    run.mark_done("collect", {})
+    run.close()
+    assert not stored.exists() and (bucket / "b" / "run" / "stages" / "collect.json").exists()
+
+
 def test_local_paths_stay_local(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert str(run_path("runs/x")) == os.path.join(str(tmp_path), "runs", "x")

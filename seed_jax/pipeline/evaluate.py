@@ -11,7 +11,8 @@ observations, rewards; `seed_jax.rollout.trajectory.read_trajectories`); ``eval/
 gathers every result file as markdown tables. Skill-Prompt /
 Skill-GRPO methods show their bank skills at inference (their definition); all others never do.
 On several hosts each host evaluates its share of the tasks (`seed_jax.pipeline.multihost.host_rollouts`)
-and host 0 writes the files of all of them.
+and host 0 writes the files of all of them. The eval stage rolls out in chunks that a preemption
+keeps (`seed_jax.pipeline.chunked`): its relaunch rolls out only the tasks left.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections import defaultdict
 import jax
 import numpy as np
 
-from seed_jax.pipeline.multihost import host_rollouts
+from seed_jax.pipeline.chunked import chunked_rollouts
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings
 from seed_jax.pipeline.skill_bank import SkillBank
@@ -47,10 +48,11 @@ def summarize(trajs) -> dict:
 
 
 def evaluate_params(run: Run, policy: Policy, tag: str, step: int, bank: SkillBank | None = None,
-                    mesh=None) -> dict:
+                    mesh=None, stage: str | None = None) -> dict:
     """Rollouts of ``policy`` at ``eval.temperature`` on every evaluation split; every host calls
     it together (each rolls out its share; host 0 writes the files). ``mesh``: the run's mesh
-    (the phase record's plan)."""
+    (the phase record's plan); ``stage``: the run's stage, whose finished chunks of episodes a
+    preemption keeps (`seed_jax.pipeline.chunked`; None: one chunk per split, nothing kept)."""
     c = run.config
     settings = rollout_settings(c, run.bench, temperature=c.eval.temperature, group_size=1)
     out = {}
@@ -60,8 +62,8 @@ def evaluate_params(run: Run, policy: Policy, tag: str, step: int, bank: SkillBa
         for split in run.bench.eval_splits:
             tasks = run.bench.tasks(split, limit=c.eval.num_tasks or None, seed=c.seed)
             task_skills = [bank.lookup(t) for t in tasks] if (bank is not None and run.switches.prompt_skills) else None
-            trajs = host_rollouts(pool, policy, tasks, settings, gather=True, seed=c.seed + 7_000_001,
-                                  tag=f"eval_{split}/", task_skills=task_skills)
+            trajs = chunked_rollouts(run, pool, policy, tasks, settings, seed=c.seed + 7_000_001,
+                                     tag=f"eval_{split}/", task_skills=task_skills, stage=stage, name=f"{tag}_{split}")
             res = summarize(trajs)
             out[split] = res
             if jax.process_index() == 0:
@@ -97,5 +99,5 @@ def eval_stage(run: Run, mesh) -> dict:
     policy = load_policy(c, src, mesh=mesh)
     bank = SkillBank.for_run(run.workdir, run.bench) if run.switches.prompt_skills else None
     tag = "final" if not c.eval.checkpoint else "checkpoint"
-    res = evaluate_params(run, policy, tag=tag, step=c.rl.num_updates, bank=bank, mesh=mesh)
+    res = evaluate_params(run, policy, tag=tag, step=c.rl.num_updates, bank=bank, mesh=mesh, stage="eval")
     return {split: r["overall"] for split, r in res.items()}

@@ -96,19 +96,22 @@ def gather_trajectories(trajs: Sequence[Trajectory]) -> list[Trajectory]:
 
 
 def host_rollouts(backend, policy: Policy, tasks: Sequence[dict], settings, *, gather: bool,
-                  task_skills: Sequence[str | None] | None = None, **kwargs) -> list[Trajectory]:
+                  task_skills: Sequence[str | None] | None = None, task_offset: int = 0,
+                  **kwargs) -> list[Trajectory]:
     """`seed_jax.rollout.loop.run_rollouts` of ``policy`` on this host's share of ``tasks``
     (`host_share`), its episodes numbered as in one run of all tasks (slots, groups and so the
     sampling streams and env seeds), so that any host count samples the same episodes;
     ``gather``: every host returns all hosts' trajectories in task order, else only its own.
     Every host calls it together: it samples inside ``policy.sampling`` (the sampler's copy,
     a collective when the parameters are sharded over hosts; an enclosing block's copy is
-    reused), also on a host whose share is empty."""
+    reused), also on a host whose share is empty. ``task_offset``: ``tasks`` are that chunk of a
+    larger list, numbered from that task (`seed_jax.pipeline.chunked`)."""
     share = host_share(len(tasks))
+    first = task_offset + share.start  # this host's first task, numbered in the whole list
     group = kwargs.get("group_size") or settings.group_size
     with policy.sampling(settings.sampler):
         mine = run_rollouts(backend, policy.model, policy.tokenizer, list(tasks[share]), settings,
                             params=policy.params, encode_prompt=policy.encode_prompt,
-                            slot_offset=share.start * group, group_offset=share.start,
+                            slot_offset=first * group, group_offset=first,
                             task_skills=None if task_skills is None else task_skills[share], **kwargs)
     return gather_trajectories(mine) if gather else mine

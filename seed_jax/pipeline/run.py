@@ -11,6 +11,8 @@ Layout of ``workdir``::
     rl/ckpt/<update>/           orbax checkpoints of the RL train state (rl)
     rl/final_model/             HF directory of the final policy
     eval/*.json, eval/results.md  evaluation results (eval)
+    parts/<stage>/*.jsonl       the finished chunks of an unfinished collect / eval (`seed_jax.pipeline.chunked`),
+                                removed when the stage is marked done
     rl/transcripts.jsonl        a sample of each update's trajectories in full (rl.transcripts_per_update)
     metrics.jsonl, tb/, skills.jsonl, step_gates.jsonl
     wandb_run_id, wandb/        the Weights & Biases run of this directory (tracking.wandb)
@@ -67,16 +69,25 @@ class Run:
         return stage_marker(self.workdir, stage)
 
     def clear_done(self, stage: str) -> None:
-        """Drop a stage's marker (its results are stale: an earlier stage runs again)."""
+        """Drop a stage's marker and the episodes of its unfinished rollouts (its results are
+        stale: an earlier stage runs again)."""
         f = self.workdir / "stages" / f"{stage}.json"
         if jax.process_index() == 0 and f.exists():
             log.info("stage %s: marked unfinished (an earlier stage runs again)", stage)
             f.unlink()
+        self._drop_parts(stage)
 
     def mark_done(self, stage: str, summary: dict) -> None:
         if jax.process_index() != 0:
             return
         write_text_atomic(self.path("stages", f"{stage}.json"), json.dumps(summary, indent=1, default=float))
+        self._drop_parts(stage)
+
+    def _drop_parts(self, stage: str) -> None:
+        """Remove ``parts/<stage>/`` (host 0): the episodes a preempted stage kept for its relaunch."""
+        parts = self.workdir / "parts" / stage
+        if jax.process_index() == 0 and parts.exists():
+            parts.rmtree()
 
     def policy_dir(self) -> epath.Path | None:
         """The newest trained policy: RL final > SFT > None (the base model)."""
@@ -109,7 +120,7 @@ RESULT_NEUTRAL_KEYS = frozenset({
     "stage1.openai_max_concurrency", "model.remat", "stage1.sft_remat", "model.attention", "tracking.wandb", "tracking.wandb_project",
     "tracking.wandb_entity", "tracking.wandb_mode", "mesh.data", "mesh.fsdp", "mesh.tensor", "xla.cache_dir",
     "rollout.wave_rows", "sampler.backend", "sampler.tensor_parallel", "sampler.prefill_scratch_mb",
-    "run.stall_timeout_s"})
+    "run.stall_timeout_s", "run.rollout_chunk_episodes"})
 
 
 # overrides left out of the default run directory's hash: the method is in its name, and keys that do

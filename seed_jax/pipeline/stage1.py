@@ -13,8 +13,9 @@ import numpy as np
 from seed_jax.buckets import round_to_multiple, round_up
 from seed_jax.metrics import StageProgress
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
+from seed_jax.pipeline.chunked import chunked_rollouts
 from seed_jax.pipeline.methods import needs_skill_bank
-from seed_jax.pipeline.multihost import gather_lines, host_rollouts, host_share, to_global
+from seed_jax.pipeline.multihost import gather_lines, host_share, to_global
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import (
     load_policy,
@@ -61,7 +62,8 @@ def collect(run: Run, mesh) -> dict:
     settings = rollout_settings(c, run.bench, temperature=c.stage1.temperature, group_size=c.stage1.group_size)
     with make_pool(c, run.bench) as pool, policy.sampling(settings.sampler):
         run.phases("collect", policy.config, mesh)
-        trajs = host_rollouts(pool, policy, tasks, settings, gather=True, seed=c.seed, tag="s1/")
+        trajs = chunked_rollouts(run, pool, policy, tasks, settings, seed=c.seed, tag="s1/", stage="collect",
+                                 name="trajectories")  # finished chunks survive a preemption
     if jax.process_index() == 0:
         write_trajectories(run.path("stage1", "trajectories.jsonl"), trajs)
     summary = rollout_summary(trajs)

@@ -58,7 +58,7 @@ def validate(config, hosts: int = 1) -> None:
             bad(key, "must be >= 1, or -1 (the largest that fits the devices, chosen by the plan)")
     micro = config.train.micro_batch_size
     for key in ("rl.num_updates", "stage1.sft_epochs", "stage1.format_warmup_tasks", "eval.num_tasks", "rl.eval_every",
-                "env.num_workers", "train.warmup_updates", "rl.transcripts_per_update"):
+                "env.num_workers", "train.warmup_updates", "rl.transcripts_per_update", "run.rollout_chunk_episodes"):
         if _get(config, key) < 0:
             bad(key, "must be >= 0")
     for key in ("stage1.temperature", "eval.temperature", "run.stall_timeout_s"):

@@ -34,6 +34,8 @@ manager):
   lived on it ends with ``env_error`` (done=True, reward 0, ``info['env_error'] = True``),
   except episodes whose final (done) result had already arrived. Other workers' results in the
   same batch are unaffected; a later step on a lost slot returns ``env_error`` at once.
+  Workers ignore SIGINT and SIGTERM (a TPU VM's preemption notice may reach every process):
+  the parent stops at a boundary and ends them on ``close()`` (also at interpreter exit).
 
 Seeding: the env of slot ``s`` is built as ``env_factory(derive_seed(seed, s))`` the first time
 ``s`` is reset (and again after its worker restarts or its env raised), so results depend only
@@ -49,6 +51,7 @@ The parent's ``__main__`` module is imported by spawned workers: guard entry poi
 from __future__ import annotations
 
 import abc
+import atexit
 import dataclasses
 import hashlib
 import logging
@@ -329,7 +332,10 @@ def _worker_main(conn, env_factory: Callable[[int], Any], pool_seed: int) -> Non
         os.setpgrp()
     except (AttributeError, OSError):
         pass
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    # the parent decides when workers stop (it kills them on close): a Ctrl-C, or a TPU VM's
+    # preemption SIGTERM sent to every process, reaches the parent, which stops at a boundary
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     host = _SlotHost(env_factory, pool_seed)
     try:
         pgid = os.getpgid(0)
@@ -394,6 +400,10 @@ class ProcessPoolBackend(EnvBackend):
         self._ctx = mp.get_context(start_method)
         self._workers: list[_Worker | None] = [None] * num_workers
         self._closed = False
+        # workers ignore SIGTERM, so multiprocessing's exit hook (SIGTERM, then join, for daemon
+        # children) would wait for ever on a pool left open: close it first (atexit runs the hooks
+        # registered last first, and multiprocessing registered its own at import)
+        atexit.register(self.close)
         try:
             for w in range(num_workers):
                 self._start(w)
@@ -554,6 +564,7 @@ class ProcessPoolBackend(EnvBackend):
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self.close)
         for worker in self._workers:
             if worker is None:
                 continue

@@ -1,7 +1,8 @@
 """Preemption: a SIGTERM (a TPU VM's notice, ~30 s before it stops) turns into one agreed stop.
 
 A run calls `preemption_requested` at its step boundaries (the RL loop after each update's
-checkpoint, the launcher between stages); it returns True on every host at the same boundary
+checkpoint, collect and eval after each chunk of tasks (`seed_jax.pipeline.chunked`), the
+launcher between stages); it returns True on every host at the same boundary
 once any host was told to stop. The RL loop then saves, waits for the write and raises
 `Preempted`; the launcher prints ``preempted at update k; relaunch to resume`` and exits 0, and a
 relaunch resumes from that checkpoint.
@@ -42,12 +43,18 @@ _sigterm = {"received": False}
 
 class Preempted(Exception):
     """The run stopped on a preemption notice after saving its state at ``update`` (None: between
-    stages, at ``stage``'s end)."""
+    stages, at ``stage``'s end; or inside ``stage`` after ``progress``, e.g. ``"4 of 8 tasks"`` of
+    a collect whose finished episodes are kept)."""
 
-    def __init__(self, update: int | None = None, stage: str | None = None):
-        self.update, self.stage = update, stage
-        where = f"update {update}" if update is not None else f"the end of stage {stage}"
-        super().__init__(f"preempted at {where}; relaunch to resume")
+    def __init__(self, update: int | None = None, stage: str | None = None, progress: str | None = None):
+        self.update, self.stage, self.progress = update, stage, progress
+        if update is not None:
+            where = f"at update {update}"
+        elif progress is not None:
+            where = f"in stage {stage} after {progress}"
+        else:
+            where = f"at the end of stage {stage}"
+        super().__init__(f"preempted {where}; relaunch to resume")
 
 
 def _on_sigterm(signum, frame) -> None:
