@@ -3,7 +3,7 @@ initialised model of a ``config.json`` shape (default Qwen2.5-1.5B, no download;
 the embedded tokenizer's), with each phase's measured device memory printed beside the residency
 plan of the same config (`seed_jax.pipeline.residency`)::
 
-    python bench/gpu_rehearsal.py [--model=tests/data/plan_models/qwen2.5-1.5b] [--workdir=/tmp/rehearsal]
+    python bench/gpu_rehearsal.py [--model=tests/data/plan_models/qwen2.5-1.5b] [--out=/tmp/rehearsal]
 
 Per phase: the live bytes of the fullest device (``jax.live_arrays``), the planned resident
 bytes per device, and the device's peak so far (``memory_stats()['peak_bytes_in_use']``, which
@@ -24,7 +24,7 @@ from pathlib import Path
 from absl import app, flags
 
 _MODEL = flags.DEFINE_string("model", "tests/data/plan_models/qwen2.5-1.5b", "Directory with a config.json")
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/seed_jax_rehearsal", "Run directory (made anew)")
+_OUT = flags.DEFINE_string("out", "/tmp/seed_jax_rehearsal", "Run directory (made anew)")
 _LAYERS = flags.DEFINE_integer("layers", 0, "Override the layer count (0: the config's)")
 _HIDDEN = flags.DEFINE_integer("hidden", 0, "Override the width (0: the config's; heads scale with it)")
 _ALLOW_CPU = flags.DEFINE_bool("allow_cpu", False, "Run on CPU (smoke test only)")
@@ -64,11 +64,10 @@ def main(argv):
     config.model.dtype, config.model.param_dtype = "bfloat16", "float32"
     config.mesh.data, config.mesh.fsdp = 1, -1
     config.stage1.sft_micro_batch_size = config.stage1.sft_batch_size
-    workdir = Path(_WORKDIR.value)
+    workdir = Path(_OUT.value)
     shutil.rmtree(workdir, ignore_errors=True)
     run_pipeline(config, workdir, stages="collect,annotate,sft")
     lines = [json.loads(x) for x in (workdir / RESIDENCY_FILE).read_text().splitlines()]
-    n = sum(1 for _ in jax.tree.leaves(jax.eval_shape(lambda: 0)))  # noqa: F841 (JAX is up)
     print(f"devices: {len(jax.devices())} x {jax.devices()[0].device_kind}; model {shape.num_layers} layers x "
           f"{shape.hidden_size}")
     print(f"{'phase':12s} {'measured MB':>12s} {'planned MB':>12s} {'ratio':>6s} {'device peak MB':>15s}")
