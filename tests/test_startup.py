@@ -308,3 +308,25 @@ def test_the_launch_plans_a_native_multi_host_slice_and_takes_its_choices():
     assert "fits: yes" in r.stdout
     micro, analysis, wave = json.loads(r.stdout.strip().splitlines()[-1])
     assert micro in (16, 32) and (analysis, wave) == (4, 4)
+
+
+def test_the_plan_chooses_a_micro_batch_that_fits_beside_what_stays_resident():
+    """A device on which the 8-row train step fits alone but not beside the KL reference the RL
+    train phase keeps resident: ``-1`` takes 4 rows (the 8-row step plus the reference would not fit)."""
+    import dataclasses
+
+    from seed_jax.plan.analysis import HEADROOM, plan_run, with_key
+    from seed_jax.plan.targets import parse_target
+
+    c = get_config("tiny")  # rl.mini_batch_size = 8
+    target = parse_target("cpu:1")
+    step = {"train_step"}
+    explicit = {m: plan_run(with_key(c, "train.micro_batch_size", m), target, step) for m in (8, 4)}
+    total = {m: max(p.total for p in plan.programs) for m, plan in explicit.items()}
+    ref = explicit[8].trees["reference"]
+    assert total[4] + ref < total[8] + ref / 2 < total[8] + ref  # 4 rows fit beside it, 8 rows alone only
+    c.train.micro_batch_size = -1
+    hbm = (total[8] + ref / 2) / (1 - HEADROOM)
+    plan = plan_run(c, dataclasses.replace(target, chip=dataclasses.replace(target.chip, hbm=hbm)), step)
+    assert plan.micro_batch.rows == 4 and plan.micro_batch.tried[8] is False
+    assert next(p for p in plan.programs if p.name == "train_step").total == total[4] and plan.fits

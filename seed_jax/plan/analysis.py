@@ -41,7 +41,7 @@ from seed_jax.buckets import row_bucket
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.model import resolve_model_path
 from seed_jax.pipeline.auto_sizes import AUTO, micro_batch_candidates
-from seed_jax.pipeline.residency import PHASES, Residency, phase_peaks, tree_bytes
+from seed_jax.pipeline.residency import PHASES, Residency, phase_peaks, program_phases, tree_bytes
 from seed_jax.pipeline.runtime import random_model_config, sampler_spec, train_config
 from seed_jax.plan import hlo
 from seed_jax.plan.programs import PlanConfigError, Program, host_rollout_rows, run_programs, sampler_buckets
@@ -282,16 +282,18 @@ def wave_candidates(config, target: Target) -> list[int]:
     return out
 
 
-def choose_largest(cands: list[int], plans_of) -> tuple[SizeChoice, dict[int, list[ProgramPlan]]]:
-    """The largest of ``cands`` (largest first) whose programs ``plans_of(size)`` all fit: the
-    largest first, then by bisection (memory grows with the size, so a size that fits has every
-    smaller one fit); also the plans compiled on the way."""
+def choose_largest(cands: list[int], plans_of, fits_of=lambda p: p.fits
+                   ) -> tuple[SizeChoice, dict[int, list[ProgramPlan]]]:
+    """The largest of ``cands`` (largest first) whose programs ``plans_of(size)`` all fit
+    (``fits_of``; default: the program alone): the largest first, then by bisection (memory
+    grows with the size, so a size that fits has every smaller one fit); also the plans
+    compiled on the way."""
     plans: dict[int, list[ProgramPlan]] = {}
 
     def fits(size: int) -> bool:
         if size not in plans:
             plans[size] = plans_of(size)
-        return all(p.fits for p in plans[size])
+        return all(fits_of(p) for p in plans[size])
 
     if fits(cands[0]):  # the largest at once (often the case)
         return SizeChoice(cands[0], {cands[0]: True}), plans
@@ -303,7 +305,7 @@ def choose_largest(cands: list[int], plans_of) -> tuple[SizeChoice, dict[int, li
         else:
             lo = mid + 1
     chosen = cands[lo] if lo < len(cands) else None
-    return SizeChoice(chosen, {r: all(p.fits for p in plans[r]) for r in sorted(plans, reverse=True)}), plans
+    return SizeChoice(chosen, {r: all(fits_of(p) for p in plans[r]) for r in sorted(plans, reverse=True)}), plans
 
 
 def _measured(config, key: str, target: Target, model_cfg: ModelConfig, mesh, names: set[str], progress,
@@ -362,6 +364,17 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
         cands = wave_candidates(config, target)
         auto["analysis_batch"] = (cands, {"analysis"} if config.analysis.analyzer == "self" else set(),
                                   "rows per analysis call", cands[-1])
+    residency = Residency.of(config)
+    trees = tree_bytes(model_cfg, mesh, train_config(config, micro_batch_size=1),
+                       dataclasses.replace(sampler_spec(config), devices=tuple(sampler_devices)))
+    limit = (1 - HEADROOM) * target.chip.hbm
+
+    def fits_in_its_phases(p: ProgramPlan) -> bool:
+        """The program fits, and so does it beside the trees its fullest phase keeps resident."""
+        phases, args = program_phases(p.name)
+        beside = max((sum(trees[t] for t in residency.trees(ph) if t not in args) for ph in phases), default=0)
+        return p.fits and p.total + beside <= limit
+
     for field, (_, _, _, fallback) in auto.items():  # each choice compiles only its programs: the others' size
         config = with_key(config, CHOICE_KEYS[field], fallback)  # is only a placeholder meanwhile
     choices: dict[str, SizeChoice] = {}
@@ -372,7 +385,8 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
         sizes[field] = fallback
         if wanted:
             choices[field], plans = choose_largest(cands, _measured(
-                config, CHOICE_KEYS[field], target, model_cfg, mesh, wanted, progress, sampler_devices, what))
+                config, CHOICE_KEYS[field], target, model_cfg, mesh, wanted, progress, sampler_devices, what),
+                fits_in_its_phases)
             sizes[field] = choices[field].rows or min(choices[field].tried)
             done.update({p.name: p for p in plans[sizes[field]]})
     for field, size in sizes.items():
@@ -390,9 +404,6 @@ def plan_run(config, target: Target, names: set[str] | None = None, progress=Non
     model = {"layers": model_cfg.num_layers, "hidden": model_cfg.hidden_size, "vocab": model_cfg.vocab_size,
              "dtype": model_cfg.dtype, "param_dtype": model_cfg.param_dtype, "remat": model_cfg.remat,
              "attention": getattr(model_cfg, "attention", "reference")}
-    residency = Residency.of(config)
-    trees = tree_bytes(model_cfg, mesh, train_config(config, micro_batch_size=1),
-                       dataclasses.replace(sampler_spec(config), devices=tuple(sampler_devices)))
     peaks = phase_peaks(residency, trees, {p.name: p.total for p in programs})
     phases = {ph: PhasePeak(peak, prog, residency.trees(ph)) for ph, (peak, prog) in peaks.items()
               if prog is not None or names is None}
