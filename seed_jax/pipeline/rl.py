@@ -59,7 +59,6 @@ from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.skills import SkillParse
 from seed_jax.train.checkpoint import Checkpointer
 from seed_jax.train.logprobs import scoring_params
-from seed_jax.train.mesh import batch_divisor
 from seed_jax.train.preemption import Preempted, preemption_requested
 from seed_jax.train.state import at_schedule_pos, create_sharded_state
 from seed_jax.train.step import make_train_step
@@ -240,9 +239,6 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
         max_teacher_prompt_tokens=c.rollout.max_teacher_prompt_tokens, advantage_mode=c.rl.advantage_mode,
         penalty_mode=c.rl.penalty_mode)
     micro = c.train.micro_batch_size
-    if micro % batch_divisor(mesh):
-        raise ValueError(f"config.train.micro_batch_size ({micro}) must be a multiple of the data x fsdp mesh "
-                         f"size ({batch_divisor(mesh)})")
     state = create_sharded_state(policy.params, tc, mesh, rng=c.seed)
     # the state holds its own copy and ref_params what the KL needs (often these very buffers)
     policy = policy.with_params(None)

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import math
 import random
 
 import jax
@@ -90,11 +92,9 @@ def annotate_stage(run: Run, mesh) -> dict:
                                   "max_concurrency": c.stage1.openai_max_concurrency,
                                   "reasoning": c.stage1.openai_reasoning,
                                   "log_path": run.path("stage1", log_name)})
-    if policy is not None:
-        with policy.sampling(ctx.sampler):
+    with policy.sampling(ctx.sampler) if policy is not None else contextlib.nullcontext():
+        if policy is not None:
             run.phases("annotate", policy.config, mesh)
-            analysis = get_analyzer(c.stage1.analyzer)(trajs, ctx)
-    else:
         analysis = get_analyzer(c.stage1.analyzer)(trajs, ctx)
     parses, prompts = analysis.parses, analysis.prompts
     records = [SkillRecord.from_parse(t, prompts[t.traj_id], parses[t.traj_id], thr)
@@ -146,7 +146,7 @@ def heldout_nll(params, model_cfg, records, encode_prompt, tokenizer, c, mesh=No
     total, count = 0.0, 0.0
     micro = c.stage1.sft_micro_batch_size
     if mesh is not None:
-        micro = round_to_multiple(micro, batch_divisor(mesh) * jax.process_count())
+        micro = round_to_multiple(micro, math.lcm(batch_divisor(mesh), jax.process_count()))
     for b in sft_batches(records, encode_prompt, tokenizer, c.analysis.max_prompt_tokens, c.stage1.max_answer_tokens,
                          c.stage1.sft_batch_size, 0, 0):
         R = b.loss_mask.shape[1]
