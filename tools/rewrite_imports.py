@@ -9,6 +9,7 @@ What is rewritten (only at these spots, so the script is idempotent and prose is
 
 - ``from envs.x import y`` / ``from envs import y`` / ``import envs.x`` at the start of a line;
 - ``importlib.import_module("configs.search")`` and f-string forms;
+- code in strings (``python -c "import sys; from envs.x import y"``), after a quote or ``;``;
 - ``python -m envs.search.server`` and ``[sys.executable, "-m", "envs.search.server"]`` in
   .py, .md, .sh, .yml, .yaml and .ci/ files.
 
@@ -33,6 +34,9 @@ PY_RULES = [
     (re.compile(rf"^(\s*from\s+)({NAMES})(?=[.\s])", re.M), r"\1seed_jax.\2"),
     (re.compile(rf"^(\s*import\s+)({NAMES})(?=[.\s,]|$)", re.M), r"\1seed_jax.\2"),
     (re.compile(rf"(import_module\(\s*f?[\"'])({NAMES})(?=[.\"'])"), r"\1seed_jax.\2"),
+    # code in strings (python -c "import sys; from envs.x import y"): after a quote or a semicolon
+    (re.compile(rf"([\"';]\s*from\s+)({NAMES})(?=[.\s])"), r"\1seed_jax.\2"),
+    (re.compile(rf"([\"';]\s*import\s+(?:[\w.]+\s*,\s*)*)({NAMES})(?=[.\s,])"), r"\1seed_jax.\2"),
 ]
 COMMAND_RULES = [
     (re.compile(rf"(-m\s+)({NAMES})(?=\.)"), r"\1seed_jax.\2"),
