@@ -8,7 +8,7 @@ Configs (``--config=``): configs/search.py, configs/alfworld.py, configs/webshop
 its default and meaning is in configs/base.py and the env's file. Presets (``:preset``):
   local   (default) the embedded SmolLM2-135M on a CPU, no network: the method end to end, small
   paper   the paper's recipe (docs/METHOD.md §6); needs --config.model.path=<HF model dir>
-          and, for search, a retriever (python -m envs.search.server)
+          and, for search, a retriever (python -m seed_jax.envs.search.server)
   tiny    a tiny random model: the whole pipeline in about a minute (tests, smoke runs)
 Methods (``--config.method=``): {methods}; docs/METHOD.md §7 and seed_jax/pipeline/methods.py
 say what each switches.

@@ -205,10 +205,10 @@ def _graph(**files: str) -> dict[str, frozenset[str]]:
     ("seed_jax.train.x", "def f():\n    from seed_jax.pipeline import rl\n", "train imports pipeline"),
     ("seed_jax.rollout.x", "import seed_jax.launch", "rollout imports launch"),
     ("seed_jax.losses", "from seed_jax.rollout.batch import round_up", "models imports rollout"),
-    ("seed_jax.rollout.x", "from experiments.household import bc", "no experiments"),
-    ("seed_jax.pipeline.x", "from configs.base import base_config", "no top-level configs"),
+    ("seed_jax.rollout.x", "from seed_jax.experiments.household import bc", "no experiments"),
+    ("seed_jax.pipeline.x", "from seed_jax.configs.base import base_config", "no top-level configs"),
     ("seed_jax.pipeline.x", "import configs", "no top-level configs"),
-    ("seed_jax.train.x", "from envs.base import EnvSpec", "envs are imported from the rollout layer up"),
+    ("seed_jax.train.x", "from seed_jax.envs.base import EnvSpec", "envs are imported from the rollout layer up"),
     ("envs.x", "from seed_jax.skills import Skill", "envs import no seed_jax"),
     ("envs.x.y", "def f():\n    import configs.search\n", "envs import no seed_jax"),
     ("seed_jax.newthing", "import numpy", "every seed_jax module has a layer"),
@@ -223,9 +223,9 @@ def test_an_offending_import_is_reported(module, source, rule):
 @pytest.mark.parametrize("module,source", [
     ("seed_jax.pipeline.x", "from seed_jax.models import Model\nfrom seed_jax.rollout.loop import run_rollouts"),
     ("seed_jax.train.x", "from seed_jax import losses\nfrom seed_jax.models.config import ModelConfig"),
-    ("seed_jax.rollout.x", "from envs.base import EnvSpec\nfrom seed_jax.skills import Skill"),
+    ("seed_jax.rollout.x", "from seed_jax.envs.base import EnvSpec\nfrom seed_jax.skills import Skill"),
     ("seed_jax.launch", "from seed_jax.pipeline import rl"),
-    ("envs.x", "from envs.base import EnvSpec\nimport numpy"),
+    ("envs.x", "from seed_jax.envs.base import EnvSpec\nimport numpy"),
     ("seed_jax.models.x", "from . import config\nfrom .decoder import forward"),
 ])
 def test_an_allowed_import_is_not_reported(module, source):

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_wandb_is_not_imported_unless_enabled(tmp_path):
-    code = ("import sys; from configs.search import get_config; from seed_jax.pipeline.run import Run, wandb_settings;"
+    code = ("import sys; from seed_jax.configs.search import get_config; from seed_jax.pipeline.run import Run, wandb_settings;"
             "from seed_jax.metrics import MetricsWriter; c = get_config('tiny'); assert wandb_settings(c) is None;"
             f"w = MetricsWriter({str(tmp_path)!r}, tensorboard=False); w.write(0, {{'a': 1.0}}); w.close();"
             "print('wandb' in sys.modules)")
@@ -30,7 +30,7 @@ def test_wandb_is_not_imported_unless_enabled(tmp_path):
 def test_enabled_without_the_package_is_a_config_error(monkeypatch):
     import importlib.util
 
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.pipeline.validate import ConfigValueError, validate
 
     c = get_config("tiny")
@@ -46,7 +46,7 @@ def test_enabled_without_the_package_is_a_config_error(monkeypatch):
 
 
 def test_tracking_keys_do_not_block_a_relaunch(tmp_path):
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.pipeline.run import check_relaunch, write_config
 
     write_config(get_config("tiny"), tmp_path)

@@ -77,7 +77,7 @@ def real_run_hint(config) -> str:
     hint = (f"For a real run: --config=configs/{env}.py:paper --config.model.path=<local HF model dir, e.g. "
             "Qwen2.5-3B-Instruct> on an accelerator (docs/METHOD.md §6 has the recipe)")
     if env == "search":
-        hint += ("; a retriever (python -m envs.search.server --corpus wiki.jsonl --port 8000) and Search-R1's data "
+        hint += ("; a retriever (python -m seed_jax.envs.search.server --corpus wiki.jsonl --port 8000) and Search-R1's data "
                  "(--config.env.data_dir=DIR)")
     return hint + "."
 
