@@ -64,6 +64,7 @@ LAYERS = {
     "seed_jax.export": 4,  # RL checkpoint -> Hugging Face directory
     "seed_jax.chat": 4,  # terminal chat with a policy
     "seed_jax.plan": 4,  # ahead-of-time plan of a run's programs (reads run configs like the launcher)
+    "seed_jax.cli": 4,  # the seed-jax command: runs the entry points above (and the retriever server) by name
 }
 ENVS_FROM_LAYER = LAYERS["seed_jax.rollout"]
 ENVS = "seed_jax.envs"  # the top-level envs/ folder (seed_jax/__init__.py)
