@@ -90,3 +90,14 @@ def test_a_wrong_config_name_is_one_line_exit_2(installed):
     bin_dir, work = installed
     r = _run([bin_dir / "seed-jax", "train", "--config=serch:tiny", "--dry_run"], cwd=work)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "search" in r.stderr
+
+
+def test_a_tiny_search_run_end_to_end_and_its_report(installed):
+    """The whole pipeline from the install (vendored tasks and corpus read as package data),
+    then ``seed-jax report`` on its run directory (~1.5 min on 2 cores)."""
+    bin_dir, work = installed
+    r = _run([bin_dir / "seed-jax", "train", "--config=search:tiny", "--workdir=runs/tiny"], cwd=work, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (work / "runs" / "tiny" / "config.json").is_file()
+    r = _run([bin_dir / "seed-jax", "report", "runs/tiny"], cwd=work)
+    assert r.returncode == 0, r.stderr[-3000:]

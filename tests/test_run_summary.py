@@ -155,6 +155,6 @@ def test_describe_run_names_each_stage_its_figures_and_files(tmp_path):
                    "2.93 -> 0.52", "first update success 0.00, valid actions 75%", "last update success 0.12",
                    "OPD gate mean 0.43", "hotpotqa: success 0.05 over 20 tasks, valid actions 80%",
                    "sft/model/", "eval/results.md", "peak resident memory 3.42 GB",
-                   f"python -m seed_jax.report {tmp_path / 'w'}", "configs/search.py:paper", "model.path"):
+                   f"seed-jax report {tmp_path / 'w'}", "seed-jax train --config=search:paper", "model.path"):
         assert figure in text, (figure, text)
     assert f"{(212 + 0.4 + 600 + 700 + 150) / 60:.1f} min" in text
