@@ -51,6 +51,7 @@ LAYERS = {
     "seed_jax.paths": 0,  # run-directory paths, local or gs:// (standard library and etils.epath)
     "seed_jax.lenient_json": 0,  # the tolerant JSON reader of analyzer answers (standard library only)
     "seed_jax.procmem": 0,  # process memory: peak RSS, malloc arenas (standard library only)
+    "seed_jax.transcript_text": 0,  # transcripts as markdown, the tables' number format (standard library only)
     "seed_jax.config_names": 0,  # --config=NAME[:PRESET] -> the config file (standard library only)
     "seed_jax.watchdog": 0,  # the stall watchdog every layer beats (standard library only)
     "seed_jax.train": 1,
