@@ -74,7 +74,9 @@ import numpy as np
 from seed_jax.metrics import (
     METRICS_FILE,
     SKILLS_FILE,
+    TB_DIR,
     TRANSCRIPTS_FILE,
+    WANDB_ID_FILE,
     MetricsWriter,
     SkillLog,
     read_transcripts,
@@ -404,6 +406,30 @@ def _eval_section(evals: list[EvalResult]) -> list[str]:
 # render_transcript: seed_jax.transcript_text (TensorBoard and W&B show the same text)
 
 
+def _tracking_section(workdir: Path) -> list[str]:
+    """Where the run's tracking lives: TensorBoard's directory (scalars, the config and transcripts
+    as text, hparams) and the W&B run (its URL when ``tracking.wandb_entity`` is set, else the
+    project and run id; ``wandb sync`` for offline runs)."""
+    lines = []
+    if (workdir / TB_DIR).is_dir():
+        lines.append(f"- TensorBoard: `tensorboard --logdir {workdir / TB_DIR}`: scalars, TEXT `config` (the resolved "
+                     "config) and `transcripts` (each RL update's sample), HPARAMS")
+    if (workdir / WANDB_ID_FILE).exists():
+        rid = (workdir / WANDB_ID_FILE).read_text().strip()
+        try:
+            t = json.loads((workdir / "config.json").read_text()).get("tracking") or {}
+        except (OSError, ValueError):
+            t = {}
+        project, entity = t.get("wandb_project") or "seed_jax", t.get("wandb_entity") or ""
+        where = (f"[{entity}/{project}/{rid}](https://wandb.ai/{entity}/{project}/runs/{rid})" if entity
+                 else f"project `{project}`, run id `{rid}`")
+        lines.append(f"- Weights & Biases: {where}: metrics, the config, a `transcripts` table per RL update")
+        offline = sorted((workdir / "wandb").glob("offline-run-*")) if (workdir / "wandb").is_dir() else []
+        if offline:
+            lines.append(f"  (offline: `wandb sync {offline[-1]}` uploads it)")
+    return ["## Tracking", "", *lines, ""] if lines else []
+
+
 def _eval_transcripts(workdir: Path) -> tuple[str, list[dict]]:
     """(file name, transcript records) of the newest evaluation's trajectories ("final_*" first)."""
     files = sorted((workdir / EVAL_DIR).glob("*.trajectories.jsonl")) if (workdir / EVAL_DIR).is_dir() else []
@@ -543,6 +569,7 @@ def make_report(workdir: str | Path, out_dir: str | Path | None = None, transcri
         lines += _metrics_section(series)
     lines += _skills_section(skills)
     lines += _eval_section(evals)
+    lines += _tracking_section(workdir)
     if written is not None:
         lines += ["## Transcripts", "", f"{written[1]} trajectories read in full: "
                   f"[{written[0].name}]({written[0].relative_to(out).as_posix()}).", ""]

@@ -195,3 +195,20 @@ def test_wandb_gets_a_transcript_table(tmp_path, monkeypatch):
     assert [r[:6] for r in table.data] == [[4, "u4/q0-0", "TASK 0", True, 10.0, "SKILL 0"],
                                            [4, "u4/q1-0", "TASK 1", False, 0.0, ""]]
     assert "OBS 1" in table.data[1][6]
+
+
+def test_the_report_links_tensorboard_and_wandb(tmp_path):
+    from seed_jax.report import make_report
+
+    with MetricsWriter(tmp_path) as w:
+        w.write(0, {"rollout/success_rate": 0.5})
+    summary = make_report(tmp_path).summary.read_text()
+    assert f"`tensorboard --logdir {tmp_path / 'tb'}`" in summary and "Weights & Biases" not in summary
+    (tmp_path / WANDB_ID_FILE).write_text("abc123\n")
+    (tmp_path / "config.json").write_text(json.dumps({"tracking": {"wandb_project": "p", "wandb_entity": "me"}}))
+    (tmp_path / "wandb" / "offline-run-20260101_000000-abc123").mkdir(parents=True)
+    summary = make_report(tmp_path).summary.read_text()
+    assert "[me/p/abc123](https://wandb.ai/me/p/runs/abc123)" in summary
+    assert f"wandb sync {tmp_path / 'wandb' / 'offline-run-20260101_000000-abc123'}" in summary
+    (tmp_path / "config.json").write_text(json.dumps({"tracking": {"wandb_project": "p", "wandb_entity": ""}}))
+    assert "project `p`, run id `abc123`" in make_report(tmp_path).summary.read_text()
