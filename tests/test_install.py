@@ -99,5 +99,10 @@ def test_a_tiny_search_run_end_to_end_and_its_report(installed):
     r = _run([bin_dir / "seed-jax", "train", "--config=search:tiny", "--workdir=runs/tiny"], cwd=work, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (work / "runs" / "tiny" / "config.json").is_file()
+    from test_tracking import read_tensorboard  # tensorboard's own event reader
+
+    texts, hparams = read_tensorboard(work / "runs" / "tiny" / "tb")  # the tiny run's tracking
+    assert '"method": "seed"' in texts["config/text_summary"][0][1] and hparams["method"] == "seed"
+    assert texts["transcripts/text_summary"] and "**Task**" in texts["transcripts/text_summary"][-1][1]
     r = _run([bin_dir / "seed-jax", "report", "runs/tiny"], cwd=work)
     assert r.returncode == 0, r.stderr[-3000:]
