@@ -40,7 +40,7 @@ def child(mode: str, corpus: str, cache: str) -> None:
     sys.path.insert(0, str(REPO))
     import numpy as np
 
-    from envs.search import BM25Retriever
+    from seed_jax.envs.search import BM25Retriever
 
     t0 = time.perf_counter()
     r = BM25Retriever(corpus, cache_dir=cache)

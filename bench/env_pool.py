@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def search_setup(n):
-    from envs.search import load_default_tasks, make_search_env
+    from seed_jax.envs.search import load_default_tasks, make_search_env
     from seed_jax.rollout.pool import EnvFactory
 
     tasks = load_default_tasks()
@@ -30,7 +30,7 @@ def search_setup(n):
 
 
 def alfworld_setup(n):
-    from envs.alfworld import list_games, make_alfworld_env
+    from seed_jax.envs.alfworld import list_games, make_alfworld_env
     from seed_jax.rollout.pool import EnvFactory
 
     data = REPO.parent / "shared" / "data" / "alfworld"
@@ -78,7 +78,7 @@ def pool_table(name, setup, episodes, steps, workers):
 
 
 def rollout_figures(tasks_n, group):
-    from envs.search import SEARCH_SPEC, load_default_tasks, make_search_env
+    from seed_jax.envs.search import SEARCH_SPEC, load_default_tasks, make_search_env
     from seed_jax.models import load_model, load_tokenizer
     from seed_jax.rollout.loop import RolloutSettings, run_rollouts
     from seed_jax.rollout.pool import EnvFactory, open_env_pool

@@ -35,7 +35,7 @@ def main(argv):
 
     import jax
 
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.launch import run_pipeline
     from seed_jax.models import ModelConfig
     from seed_jax.pipeline import runtime

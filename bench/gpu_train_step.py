@@ -107,4 +107,6 @@ def synthetic_seed_batch_of(s, vocab: int):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from seed_jax.config_names import resolve_config_args  # --config=alfworld:paper from anywhere
+
+    app.run(main, argv=resolve_config_args(sys.argv))

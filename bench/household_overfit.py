@@ -33,8 +33,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("TQDM_DISABLE", "1")
 
-    from configs.household import get_config
-    from experiments.household.experiment import arm_config, copy_stage1
+    from seed_jax.configs.household import get_config
+    from seed_jax.experiments.household.experiment import arm_config, copy_stage1
     from seed_jax.launch import run_pipeline
 
     study = Path(args.study)

@@ -65,8 +65,8 @@ def main(argv=None) -> int:
     log.setLevel(logging.INFO)
     log.propagate = False
 
-    from configs.household import get_config
-    from experiments.household.experiment import run_study
+    from seed_jax.configs.household import get_config
+    from seed_jax.experiments.household.experiment import run_study
 
     config = get_config(args.preset)
     for a in args.set:

@@ -1,6 +1,6 @@
 """Retrieval server under a burst of concurrent loopback clients: p50 / p99 latency and errors.
 
-Starts ``python -m envs.search.server`` (embedded BM25 over the vendored corpus) on a free
+Starts ``python -m seed_jax.envs.search.server`` (embedded BM25 over the vendored corpus) on a free
 loopback port twice, with this project's listen backlog and with the standard library's 5 as
 the reference, and sends each a burst (`envs.search.load.burst`: all clients connect at once,
 each sends ``--rounds`` one-query requests on fresh connections). Bounded: clients x rounds
@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from envs.search import load_default_tasks
-from envs.search.load import burst, serve_subprocess
-from envs.search.server import DEFAULT_BACKLOG
+from seed_jax.envs.search import load_default_tasks
+from seed_jax.envs.search.load import burst, serve_subprocess
+from seed_jax.envs.search.server import DEFAULT_BACKLOG
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ update, mini-batches of 256 step-samples.
 
 from __future__ import annotations
 
-from configs.base import base_config, with_preset
+from seed_jax.configs.base import base_config, with_preset
 
 
 def get_config(preset: str = "local"):

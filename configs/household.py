@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs.base import base_config
+from seed_jax.configs.base import base_config
 
 PRESETS = ("study", "ci", "tiny", "gpu")
 

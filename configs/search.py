@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from configs.base import base_config, with_preset
-from envs.search import SEARCH_R1_EVAL_SPLITS
+from seed_jax.configs.base import base_config, with_preset
+from seed_jax.envs.search import SEARCH_R1_EVAL_SPLITS
 
 
 def get_config(preset: str = "local"):

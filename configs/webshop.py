@@ -6,7 +6,7 @@ generated in the official schema from the real ``items_ins_v2_1000.json``.
 
 from __future__ import annotations
 
-from configs.base import base_config, with_preset
+from seed_jax.configs.base import base_config, with_preset
 
 
 def get_config(preset: str = "local"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from envs.base import StepRecord
+from seed_jax.envs.base import StepRecord
 
 TASK_PREFIX = "Your task is to:"
 

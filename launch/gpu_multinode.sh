@@ -13,7 +13,7 @@
 # (SKIP_INSTALL=1 in a prepared container); then the launcher runs. WORKDIR is a gs:// bucket path
 # or a directory every host mounts (NFS); the compilation cache is <WORKDIR>/xla_cache unless
 # --config.xla.cache_dir says otherwise. A search run needs a retriever every host reaches:
-# pass --config.env.retriever_url=http://<host>:8000/retrieve in EXTRA (python -m envs.search.server).
+# pass --config.env.retriever_url=http://<host>:8000/retrieve in EXTRA (python -m seed_jax.envs.search.server).
 # Rerunning on the same WORKDIR resumes: finished stages are skipped, RL continues from its newest checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."

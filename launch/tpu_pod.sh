@@ -9,7 +9,7 @@
 #   1. the repository at HEAD is copied to REPO_DIR on every worker (a `git archive`; COPY_REPO=0 skips it);
 #   2. every worker runs launch/host_setup.sh: pip installs the project with the pinned jax[tpu] and the
 #      bucket file systems, and copies STAGE_IN (model, env data) to its local disk once;
-#   3. with RETRIEVER_CORPUS set (search), worker 0 starts the BM25 retriever (python -m envs.search.server)
+#   3. with RETRIEVER_CORPUS set (search), worker 0 starts the BM25 retriever (python -m seed_jax.envs.search.server)
 #      on port RETRIEVER_PORT and every host is pointed at it (else pass --config.env.retriever_url in EXTRA);
 #   4. every worker runs python -m seed_jax.launch with the same flags. WORKDIR should be a gs:// bucket
 #      path: every host reads it, host 0 writes the shared files, the checkpoints are written by all hosts
@@ -37,7 +37,7 @@ on_all "cd $REPO_DIR && ACCEL=tpu STAGE_IN='${STAGE_IN:-}' SKIP_INSTALL=${SKIP_I
 
 if [ -n "${RETRIEVER_CORPUS:-}" ]; then
   gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone "$ZONE" --worker=0 --command "cd $REPO_DIR && \
-    (curl -s -o /dev/null http://localhost:$RETRIEVER_PORT/health || nohup python -m envs.search.server \
+    (curl -s -o /dev/null http://localhost:$RETRIEVER_PORT/health || nohup python -m seed_jax.envs.search.server \
       --corpus $RETRIEVER_CORPUS --port $RETRIEVER_PORT > retriever.log 2>&1 &)"
   HOST0=$(gcloud compute tpus tpu-vm describe "$TPU_NAME" --zone "$ZONE" --format='value(networkEndpoints[0].ipAddress)')
   EXTRA="--config.env.retriever_url=http://$HOST0:$RETRIEVER_PORT/retrieve $EXTRA"

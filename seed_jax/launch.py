@@ -1,14 +1,17 @@
-"""Run SEED end to end: ``python -m seed_jax.launch --config=configs/<env>.py[:preset] [flags]``.
+"""Run SEED end to end: ``seed-jax train --config=<env>[:preset] [flags]`` (the same as
+``python -m seed_jax.launch ...``).
 
 Stages, in order (``--stages`` picks a subset): collect (base-policy rollouts), annotate (skills),
 sft (the policy learns to write skills), rl (SEED RL), eval (held-out splits); docs/METHOD.md
 §2, §3, §6, §7 say what each computes.
 
-Configs (``--config=``): configs/search.py, configs/alfworld.py, configs/webshop.py; every key,
-its default and meaning is in configs/base.py and the env's file. Presets (``:preset``):
+Configs (``--config=``): ``search``, ``alfworld``, ``webshop`` by name from any directory
+(``--config=search:paper``), or a file path (``configs/search.py:paper``,
+`seed_jax.config_names`); every key, its default and meaning is in configs/base.py and the
+env's file. Presets (``:preset``):
   local   (default) the embedded SmolLM2-135M on a CPU, no network: the method end to end, small
   paper   the paper's recipe (docs/METHOD.md §6); needs --config.model.path=<HF model dir>
-          and, for search, a retriever (python -m envs.search.server)
+          and, for search, a retriever (python -m seed_jax.envs.search.server)
   tiny    a tiny random model: the whole pipeline in about a minute (tests, smoke runs)
 Methods (``--config.method=``): {methods}; docs/METHOD.md §7 and seed_jax/pipeline/methods.py
 say what each switches.
@@ -47,6 +50,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from seed_jax.config_names import ConfigNameError, resolve_config_args
 from seed_jax.paths import run_path
 from seed_jax.pipeline import evaluate, rl, stage1
 from seed_jax.pipeline.auto_sizes import resolve_without_plan
@@ -78,7 +82,8 @@ from seed_jax.watchdog import beat, watch_caller
 
 __doc__ = __doc__.replace("{methods}", ", ".join(METHODS))
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Benchmark config file, e.g. configs/search.py:local")
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Run config: NAME[:PRESET] (search:local, alfworld:paper; "
+                                           "from any directory) or a file, e.g. configs/search.py:local")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<env>-<preset>-<method>[-<hash>])")
 _STAGES = flags.DEFINE_string("stages", None, "Comma-separated subset of collect,annotate,sft,rl,eval")
 _FORCE = flags.DEFINE_bool("force", False, "Relaunch on a run directory even where config.json differs in keys "
@@ -256,7 +261,10 @@ def _override_key(name: str) -> str:
 def parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing, with a command-line error as one line on stderr and exit 2."""
     try:
-        return flags.FLAGS(argv)
+        return flags.FLAGS(resolve_config_args(argv))  # --config=search:paper from anywhere
+    except ConfigNameError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     except (flags.Error, AttributeError, KeyError) as e:
         print(f"error: {flag_error_message(e)}", file=sys.stderr)
         sys.exit(2)
@@ -275,7 +283,7 @@ def main(argv):
     log.propagate = False
     config = _CONFIG.value
     if config is None:
-        print("error: --config is required, e.g. --config=configs/search.py:local (see --help)", file=sys.stderr)
+        print("error: --config is required, e.g. --config=search:local (see --help)", file=sys.stderr)
         sys.exit(2)
     spec = str(getattr(flags.FLAGS["config"], "config_filename", "") or "")
     if not isinstance(config, ml_collections.ConfigDict):  # the config file could not be read

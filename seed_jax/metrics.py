@@ -8,9 +8,13 @@ Files written under a run directory ``<workdir>``:
   write per stage with different prefixes), and a resumed run appends lines for steps it
   redoes; readers take, per key, the last value written for each step
   (``seed_jax.report.collect_series``). The metric-key contract is in ``seed_jax.report``.
-- ``tb/``: TensorBoard event files (tensorboardX), one scalar per key, ``global_step = step``.
+- ``tb/``: TensorBoard event files (tensorboardX), one scalar per key, ``global_step = step``;
+  the resolved run config as text (tag ``config``) and its flat keys as hparams (HPARAMS tab,
+  `MetricsWriter.write_config`), and each RL update's transcript sample as markdown text (tag
+  ``transcripts``, `MetricsWriter.write_transcripts`).
 - optional Weights & Biases (`WandbWriter`, off unless ``MetricsWriter(wandb=WandbSettings(...))``):
-  every record logged with its ``step`` as the x axis, the run config logged, one W&B run per
+  every record logged with its ``step`` as the x axis, the run config logged, each RL update's
+  transcript sample as a table (``transcripts``), one W&B run per
   run directory (its id kept in ``wandb_run_id``, so a resumed run continues the same W&B run);
   ``wandb`` is imported only when enabled.
 - ``skills.jsonl``: one ``SkillLogEntry`` per analysed trajectory (``SkillLog``).
@@ -37,12 +41,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import math
 import os
 import random
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,6 +55,7 @@ from tqdm.auto import tqdm
 
 from seed_jax.jsonl import append_jsonl, read_jsonl, repair_torn_tail
 from seed_jax.paths import is_remote, run_path
+from seed_jax.transcript_text import render_transcript
 from seed_jax.watchdog import beat
 
 METRICS_FILE = "metrics.jsonl"
@@ -77,6 +83,7 @@ def _to_float(key: str, value: Any) -> float | None:
 # --------------------------------------------------------------------------- Weights & Biases
 
 WANDB_ID_FILE = "wandb_run_id"
+TRANSCRIPT_COLUMNS = ("update", "traj_id", "task", "won", "reward", "skill", "transcript")  # W&B table
 WANDB_MODES = ("", "online", "offline", "disabled")
 
 
@@ -130,6 +137,12 @@ class WandbWriter:
     def log(self, record: Mapping[str, Any]) -> None:
         """One `MetricsWriter` record: ``step`` and the finite metric values (``time`` dropped)."""
         self.run.log({k: v for k, v in record.items() if k != "time" and v is not None})
+
+    def log_table(self, step: int, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """A ``wandb.Table`` under ``key`` at ``step``."""
+        import wandb
+
+        self.run.log({key: wandb.Table(columns=list(columns), data=[list(r) for r in rows]), "step": int(step)})
 
     def close(self) -> None:
         self.run.finish()
@@ -200,6 +213,42 @@ class MetricsWriter:
         if self._wandb is not None:
             self._wandb.log(record)
         return record
+
+    def write_config(self, config: Mapping[str, Any], hparams: Mapping[str, Any] | None = None,
+                     metrics: Sequence[str] = ()) -> None:
+        """The resolved run config on TensorBoard: text ``config`` at step 0 (indented JSON in a
+        code block) and, with ``hparams`` (flat ``{"rl.lr": 1e-5, ...}``), the HPARAMS tab's row of
+        this run, with the scalar tags ``metrics`` as its columns. Values that are not bool, int,
+        float or str (lists, None) are shown as their JSON text. W&B has the config from
+        ``wandb.init`` (`WandbSettings.config`)."""
+        if not self.enabled or self._tb is None:
+            return
+        text = json.dumps(config, indent=1, default=str)
+        self._tb.add_text("config", "```json\n" + text + "\n```", global_step=0)
+        if hparams:
+            from tensorboardX.summary import hparams as hparams_summary
+
+            values = {k: v if isinstance(v, (bool, int, float, str)) else json.dumps(v, default=str)
+                      for k, v in hparams.items()}
+            for summary in hparams_summary(values, dict.fromkeys(metrics, 0.0)):  # metric values unused
+                self._tb.file_writer.add_summary(summary)
+        self._tb.flush()
+
+    def write_transcripts(self, step: int, records: Sequence[Mapping[str, Any]]) -> None:
+        """A sample of transcripts (`transcript_json` records) at ``step``: TensorBoard text
+        ``transcripts`` (markdown, `seed_jax.transcript_text.render_transcript`, as the report's
+        transcripts.md) and, with W&B, a table ``transcripts`` (update, trajectory, task, won,
+        reward, skill, the markdown text)."""
+        if not self.enabled or not records:
+            return
+        texts = ["\n".join(render_transcript(r, f"update {r.get('update')}, `{r.get('traj_id')}`")) for r in records]
+        if self._tb is not None:
+            self._tb.add_text("transcripts", "\n\n---\n\n".join(texts), global_step=int(step))
+            self._tb.flush()
+        if self._wandb is not None:
+            rows = [[r.get("update"), r.get("traj_id"), r.get("task"), bool(r.get("won")), r.get("reward"),
+                     r.get("skill") or "", t] for r, t in zip(records, texts)]
+            self._wandb.log_table(step, "transcripts", TRANSCRIPT_COLUMNS, rows)
 
     def close(self) -> None:
         if self._tb is not None:

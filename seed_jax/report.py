@@ -64,7 +64,6 @@ import argparse
 import dataclasses
 import json
 import math
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -75,7 +74,9 @@ import numpy as np
 from seed_jax.metrics import (
     METRICS_FILE,
     SKILLS_FILE,
+    TB_DIR,
     TRANSCRIPTS_FILE,
+    WANDB_ID_FILE,
     MetricsWriter,
     SkillLog,
     read_transcripts,
@@ -83,6 +84,7 @@ from seed_jax.metrics import (
 )
 from seed_jax.paths import run_path
 from seed_jax.rollout.trajectory import read_trajectories
+from seed_jax.transcript_text import fmt, render_transcript
 
 CONTRACT_KEYS: tuple[str, ...] = (
     "rollout/success_rate", "rollout/return", "rollout/episode_length", "rollout/invalid_rate",
@@ -205,13 +207,7 @@ def load_eval(path: str | Path) -> EvalResult:
 
 # --------------------------------------------------------------------------- formatting
 
-def fmt(v: float | int | None) -> str:
-    """Table cell: ``—`` for missing, ``nan`` for non-finite, else ``format(v, '.4g')``."""
-    if v is None:
-        return "—"
-    if isinstance(v, float) and not math.isfinite(v):
-        return "nan"
-    return format(v, ".4g")
+# fmt: seed_jax.transcript_text (shared with the tracking writers)
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -407,53 +403,31 @@ def _eval_section(evals: list[EvalResult]) -> list[str]:
 
 # --------------------------------------------------------------------------- transcripts
 
-def _clip(text: str, limit: int) -> str:
-    text = str(text)
-    return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more characters)"
+# render_transcript: seed_jax.transcript_text (TensorBoard and W&B show the same text)
 
 
-def _fence(text: str, limit: int) -> list[str]:
-    """A fenced text block, its fence one backtick longer than any backtick run inside."""
-    body = _clip(text, limit)
-    run = max((len(m) for m in re.findall(r"`+", body)), default=0)
-    fence = "`" * max(3, run + 1)
-    return [fence + "text", body, fence]
-
-
-def _gate_text(g: dict | None) -> str:
-    if not g or g.get("mean") is None:
-        return ""
-    return f"gate {fmt(g['mean'])} over {g.get('n_tokens', '?')} tokens"
-
-
-def render_transcript(rec: dict, title: str, limit: int = 1500) -> list[str]:
-    """Markdown lines of one transcript record (`seed_jax.metrics.transcript_json`): the task, the
-    outcome, the skill and its gate, then per step what the environment showed, the policy's
-    response and the step's reward; the first step's full prompt folded. Texts longer than
-    ``limit`` characters are cut, saying how much was left out."""
-    outcome = "success" if rec.get("won") else "failure"
-    lines = [f"### {title}: {outcome}, reward {fmt(rec.get('reward'))}", "",
-             f"task `{rec.get('task_id')}`, trajectory `{rec.get('traj_id')}`", ""]
-    lines += ["**Task**", ""] + _fence(rec.get("task", ""), limit) + [""]
-    if rec.get("skill"):
-        gate = _gate_text(rec.get("gate"))
-        lines += [f"**Skill**{f' ({gate})' if gate else ''}", ""] + _fence(rec["skill"], limit) + [""]
-    for i, st in enumerate(rec.get("steps", [])):
-        bits = [f"reward {fmt(st.get('reward'))}"]
-        if st.get("penalty"):
-            bits.append(f"penalty {fmt(st['penalty'])}")
-        bits.append("valid" if st.get("valid") else "invalid action")
-        if gate := _gate_text(st.get("gate")):
-            bits.append(gate)
-        lines += [f"**Step {i + 1}** ({', '.join(bits)})", ""]
-        if i == 0 and st.get("prompt"):
-            lines += ["<details><summary>prompt</summary>", ""] + _fence(st["prompt"], 4 * limit) + ["", "</details>",
-                                                                                                      ""]
-        lines += ["Observation:", ""] + _fence(st.get("observation", ""), limit) + [""]
-        lines += ["Response:", ""] + _fence(st.get("response", ""), limit) + [""]
-    if rec.get("final_observation"):
-        lines += ["**Final observation**", ""] + _fence(rec["final_observation"], limit) + [""]
-    return lines
+def _tracking_section(workdir: Path) -> list[str]:
+    """Where the run's tracking lives: TensorBoard's directory (scalars, the config and transcripts
+    as text, hparams) and the W&B run (its URL when ``tracking.wandb_entity`` is set, else the
+    project and run id; ``wandb sync`` for offline runs)."""
+    lines = []
+    if (workdir / TB_DIR).is_dir():
+        lines.append(f"- TensorBoard: `tensorboard --logdir {workdir / TB_DIR}`: scalars, TEXT `config` (the resolved "
+                     "config) and `transcripts` (each RL update's sample), HPARAMS")
+    if (workdir / WANDB_ID_FILE).exists():
+        rid = (workdir / WANDB_ID_FILE).read_text().strip()
+        try:
+            t = json.loads((workdir / "config.json").read_text()).get("tracking") or {}
+        except (OSError, ValueError):
+            t = {}
+        project, entity = t.get("wandb_project") or "seed_jax", t.get("wandb_entity") or ""
+        where = (f"[{entity}/{project}/{rid}](https://wandb.ai/{entity}/{project}/runs/{rid})" if entity
+                 else f"project `{project}`, run id `{rid}`")
+        lines.append(f"- Weights & Biases: {where}: metrics, the config, a `transcripts` table per RL update")
+        offline = sorted((workdir / "wandb").glob("offline-run-*")) if (workdir / "wandb").is_dir() else []
+        if offline:
+            lines.append(f"  (offline: `wandb sync {offline[-1]}` uploads it)")
+    return ["## Tracking", "", *lines, ""] if lines else []
 
 
 def _eval_transcripts(workdir: Path) -> tuple[str, list[dict]]:
@@ -595,6 +569,7 @@ def make_report(workdir: str | Path, out_dir: str | Path | None = None, transcri
         lines += _metrics_section(series)
     lines += _skills_section(skills)
     lines += _eval_section(evals)
+    lines += _tracking_section(workdir)
     if written is not None:
         lines += ["## Transcripts", "", f"{written[1]} trajectories read in full: "
                   f"[{written[0].name}]({written[0].relative_to(out).as_posix()}).", ""]

@@ -39,8 +39,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from envs.actions import find_stop
 from seed_jax.buckets import BUCKETS, round_to_multiple, round_up, row_bucket
+from seed_jax.envs.actions import find_stop
 from seed_jax.models import decoder, scan_cache
 from seed_jax.models.config import ModelConfig, resolve_dtype
 from seed_jax.models.decoder import KVCache

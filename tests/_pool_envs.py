@@ -12,8 +12,8 @@ import os
 import random
 import time
 
-from envs.actions import parse_action
-from envs.base import Environment, EnvSpec
+from seed_jax.envs.actions import parse_action
+from seed_jax.envs.base import Environment, EnvSpec
 
 
 class CounterEnv(Environment):

@@ -22,7 +22,7 @@ import unicodedata
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from envs.actions import ParsedAction, contains_cjk, find_stop, parse_action, think_spans
+from seed_jax.envs.actions import ParsedAction, contains_cjk, find_stop, parse_action, think_spans
 
 REASONS = {"missing", "duplicated", "mixed", "unclosed", "cjk", "empty"}
 KIND_SETS = [("action",), ("search", "answer")]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.alfworld import (
+from seed_jax.envs.alfworld import (
     ALFWORLD_SPEC,
     AlfWorldEnv,
     extract_split,
@@ -27,10 +27,10 @@ from envs.alfworld import (
     make_alfworld_env,
     resolve_data_dir,
 )
-from envs.alfworld.prompt import ALFWORLD_PROMPT
-from envs.alfworld.text import extract_task, strip_banner
-from envs.base import StepRecord
-from envs.prompt import without_task_line
+from seed_jax.envs.alfworld.prompt import ALFWORLD_PROMPT
+from seed_jax.envs.alfworld.text import extract_task, strip_banner
+from seed_jax.envs.base import StepRecord
+from seed_jax.envs.prompt import without_task_line
 
 DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "alfworld").resolve()
 if not (DATA / "json_2.1.1").is_dir():
@@ -129,7 +129,7 @@ def test_extract_full_split_counts_match_sources(tmp_path):
 
 def test_import_needs_neither_jax_nor_engine():
     code = (
-        "import sys, envs.alfworld as a; "
+        "import sys, seed_jax.envs.alfworld as a; "
         "assert 'jax' not in sys.modules and 'textworld' not in sys.modules, sorted(sys.modules); "
         "print(len(a.list_games(sys.argv[1], 'train')))"
     )

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.cache import cache_root
-from envs.search import BM25Retriever
+from seed_jax.envs.cache import cache_root
+from seed_jax.envs.search import BM25Retriever
 from seed_jax.models.tokenizer import _cache_dir
 
 

@@ -25,7 +25,7 @@ TASKS, CHUNK = 6, 2  # collect: 6 tasks x 2 episodes (the tiny preset's group), 
 
 
 def _config(chunk: int = CHUNK, tasks: int = TASKS):
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
 
     c = get_config("tiny")
     c.stage1.num_tasks = tasks

@@ -19,7 +19,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from configs.base import PRESETS, base_config, set_keys, with_preset
+from seed_jax.configs.base import PRESETS, base_config, set_keys, with_preset
 from seed_jax.pipeline.auto_sizes import resolve_without_plan
 from seed_jax.pipeline.methods import METHOD_SWITCHES, METHODS, needs_skill_bank, switches
 from seed_jax.pipeline.runtime import sft_train_config, train_config
@@ -34,7 +34,7 @@ CASES = [f"{env}:{preset}" for env, presets in CONFIG_PRESETS.items() for preset
 
 def _config(case: str):
     env, preset = case.split(":")
-    return importlib.import_module(f"configs.{env}").get_config(preset)
+    return importlib.import_module(f"seed_jax.configs.{env}").get_config(preset)
 
 
 def _with_method(case: str, method: str):
@@ -225,7 +225,7 @@ def test_an_unknown_preset_is_rejected():
         with_preset(base_config(), "huge", local={})
     for env in ("search", "alfworld", "webshop"):
         with pytest.raises(ValueError, match="unknown preset"):
-            importlib.import_module(f"configs.{env}").get_config("huge")
+            importlib.import_module(f"seed_jax.configs.{env}").get_config("huge")
 
 
 def test_presets_are_locked():

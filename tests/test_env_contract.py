@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.actions import THINK_TAGS
-from envs.base import INFO_KEYS, OPTIONAL_INFO_KEYS, missing_info_keys
+from seed_jax.envs.actions import THINK_TAGS
+from seed_jax.envs.base import INFO_KEYS, OPTIONAL_INFO_KEYS, missing_info_keys
 from seed_jax.rollout import loop
 from seed_jax.rollout.loop import RolloutSettings, make_prompt_encoder, run_rollouts
 from seed_jax.rollout.pool import EnvFactory, open_env_pool
@@ -51,7 +51,7 @@ class Case:
 
 
 def _search_case() -> Case:
-    from envs.search import load_default_tasks, make_search_env
+    from seed_jax.envs.search import load_default_tasks, make_search_env
 
     return Case(make_search_env, lambda: load_default_tasks(limit=1)[0],
                 "<think>look it up</think>\n<search>  Lilu (mythology) </search>", "Lilu (mythology)",
@@ -59,7 +59,7 @@ def _search_case() -> Case:
 
 
 def _alfworld_case() -> Case:
-    from envs.alfworld import list_games, make_alfworld_env
+    from seed_jax.envs.alfworld import list_games, make_alfworld_env
 
     return Case(lambda: make_alfworld_env(data_dir=ALFWORLD_DATA), lambda: list_games(ALFWORLD_DATA, "valid_seen")[0],
                 "<think>first look around</think><action> Look </action>", "look",
@@ -67,7 +67,7 @@ def _alfworld_case() -> Case:
 
 
 def _webshop_case() -> Case:
-    from envs.webshop import load_goals, make_webshop_env
+    from seed_jax.envs.webshop import load_goals, make_webshop_env
 
     return Case(make_webshop_env, lambda: load_goals(split="test", limit=1)[0],
                 "<think>search first</think><action>search[Red Running Shoes]</action>", "search[red running shoes]",
@@ -75,7 +75,7 @@ def _webshop_case() -> Case:
 
 
 def _household_case() -> Case:
-    from envs.household import make_household_env
+    from seed_jax.envs.household import make_household_env
 
     return Case(make_household_env, lambda: dict(HOUSEHOLD_TASK),
                 "<think>the apple is in the fridge</think><action>  Go To   Fridge 1 </action>", "go to fridge 1",

@@ -124,7 +124,7 @@ def _tiny_run(workdir: Path):
     step 3 whose parameters differ from the initial ones; returns those parameters."""
     import jax
 
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.pipeline.runtime import load_policy, train_config
     from seed_jax.train.checkpoint import Checkpointer
     from seed_jax.train.mesh import make_mesh

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.household import (
+from seed_jax.envs.household import (
     HOUSEHOLD_SPEC,
     EpisodeRecord,
     HouseholdConfig,
@@ -33,8 +33,8 @@ from envs.household import (
     make_household_env,
     make_tasks,
 )
-from envs.household.tasks import load_task
-from envs.household.world import goal_reached, transitions
+from seed_jax.envs.household.tasks import load_task
+from seed_jax.envs.household.world import goal_reached, transitions
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -337,7 +337,7 @@ def test_tasks_deterministic_json_and_independent_of_hash_seed():
     a = make_tasks("unseen", 30, seed=7)
     assert a == make_tasks("unseen", 30, seed=7) and a != make_tasks("unseen", 30, seed=8)
     assert json.loads(json.dumps(a)) == a
-    code = ("import json; from envs.household import make_tasks; "
+    code = ("import json; from seed_jax.envs.household import make_tasks; "
             "print(json.dumps(make_tasks('unseen', 30, seed=7), sort_keys=True))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "123"}).stdout

@@ -10,17 +10,23 @@ import random
 import numpy as np
 import pytest
 
-from configs.household import get_config
-from envs.household import household_scripted_answer
-from envs.household.tasks import load_task
-from envs.household.world import transitions
-from experiments.household.archive import pack, unpack
-from experiments.household.audit import consistency_by_update, join_gates, read_step_actions, summarize, update_of
-from experiments.household.bc import bc_batches, bc_examples, cycled_batches, random_policy_success, run_stage0
-from experiments.household.demos import noisy_episode, subgoal_text
-from experiments.household.experiment import arm_config, arms_of, link_shared, run_study, step_recorder
-from experiments.household.probe import _summary, names_start_place, probe_points, subgoal_verb
-from experiments.household.report import (
+from seed_jax.configs.household import get_config
+from seed_jax.envs.household import household_scripted_answer
+from seed_jax.envs.household.tasks import load_task
+from seed_jax.envs.household.world import transitions
+from seed_jax.experiments.household.archive import pack, unpack
+from seed_jax.experiments.household.audit import (
+    consistency_by_update,
+    join_gates,
+    read_step_actions,
+    summarize,
+    update_of,
+)
+from seed_jax.experiments.household.bc import bc_batches, bc_examples, cycled_batches, random_policy_success, run_stage0
+from seed_jax.experiments.household.demos import noisy_episode, subgoal_text
+from seed_jax.experiments.household.experiment import arm_config, arms_of, link_shared, run_study, step_recorder
+from seed_jax.experiments.household.probe import _summary, names_start_place, probe_points, subgoal_verb
+from seed_jax.experiments.household.report import (
     T975,
     change_table,
     ci95,
@@ -530,7 +536,7 @@ def test_stage0_starts_from_a_pretrained_model(tmp_path, smol_tokenizer):
     against transformers' tensors), with no induction warm-up, and saves a policy of its shape."""
     import numpy as np
 
-    from experiments.household.bc import BCConfig, initial_policy
+    from seed_jax.experiments.household.bc import BCConfig, initial_policy
     from seed_jax.models import load_model
     from tests.conftest import tiny_hf_model
 

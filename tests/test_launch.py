@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.search.corpus import Passage
-from envs.search.server import start_background_server
 from seed_jax import launch
+from seed_jax.envs.search.corpus import Passage
+from seed_jax.envs.search.server import start_background_server
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.run import ConfigChangedError, check_relaunch, stage_plan, write_config
 from seed_jax.pipeline.validate import ConfigValueError, check_inputs, check_retriever
@@ -29,7 +29,7 @@ TINY = f"--config={REPO / 'configs' / 'search.py'}:tiny"
 def _config(env: str = "search", preset: str = "tiny"):
     import importlib
 
-    return importlib.import_module(f"configs.{env}").get_config(preset)
+    return importlib.import_module(f"seed_jax.configs.{env}").get_config(preset)
 
 
 def _launch(*args, cwd=REPO, timeout=120):
@@ -153,7 +153,7 @@ def test_dead_retriever_url_exits_2_before_rollouts(tmp_path):
     r, _ = _launch(TINY, f"--workdir={tmp_path / 'w'}", "--config.env.retriever=http",
                    f"--config.env.retriever_url={url}")
     assert r.returncode == 2, r.stderr[-2000:]
-    assert url in r.stderr and "python -m envs.search.server" in r.stderr and "Traceback" not in r.stderr
+    assert url in r.stderr and "python -m seed_jax.envs.search.server" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "w").exists()  # no run directory: nothing was rolled out
 
 
@@ -226,7 +226,7 @@ def test_misspelt_key_exits_2_with_one_line(tmp_path):
 
 
 def test_help_lists_presets_methods_and_the_references():
-    from configs.base import PRESETS
+    from seed_jax.configs.base import PRESETS
 
     r, _ = _launch("--help")
     assert r.returncode in (0, 1)  # absl's --help exits 1

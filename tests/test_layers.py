@@ -1,5 +1,8 @@
 """Import layers: every import under ``seed_jax/`` and ``envs/`` (module level and inside
 functions, read from the source with `ast`, nothing imported) points down or sideways.
+The top-level folders ``configs/``, ``envs/``, ``experiments/`` are the packages
+``seed_jax.configs``, ``seed_jax.envs``, ``seed_jax.experiments`` (seed_jax/__init__.py); an
+import by their old top-level names is reported (``python tools/rewrite_imports.py`` fixes it).
 
 The library, lowest layer first (a module may import its own layer and the layers below):
 
@@ -16,11 +19,11 @@ The library, lowest layer first (a module may import its own layer and the layer
 
 Beside and above the library:
 
-- ``envs`` imports nothing of ``seed_jax``, ``configs`` or ``experiments``; the library may
-  import ``envs`` from the rollout layer up (the rollout drives environments; models and
-  train know nothing of them).
-- Nothing under ``seed_jax`` imports ``experiments`` (the studies on top of the library) or
-  the top-level ``configs`` package (run configs import the library, not the reverse).
+- ``seed_jax.envs`` imports nothing else of ``seed_jax`` (the library, ``configs``,
+  ``experiments``); the library may import ``seed_jax.envs`` from the rollout layer up (the
+  rollout drives environments; models and train know nothing of them).
+- Nothing in the library imports ``seed_jax.experiments`` (the studies on top of the library)
+  or ``seed_jax.configs`` (run configs import the library, not the reverse).
 - The library's import graph has no cycle (an import inside a function that closes a cycle
   counts: it hides the cycle rather than breaking it).
 
@@ -36,6 +39,7 @@ from pathlib import Path
 
 import pytest
 
+# rewrite_imports: skip  (old top-level import names are test data in this file)
 REPO = Path(__file__).resolve().parents[1]
 SCANNED = ("seed_jax", "envs")
 
@@ -48,6 +52,8 @@ LAYERS = {
     "seed_jax.paths": 0,  # run-directory paths, local or gs:// (standard library and etils.epath)
     "seed_jax.lenient_json": 0,  # the tolerant JSON reader of analyzer answers (standard library only)
     "seed_jax.procmem": 0,  # process memory: peak RSS, malloc arenas (standard library only)
+    "seed_jax.transcript_text": 0,  # transcripts as markdown, the tables' number format (standard library only)
+    "seed_jax.config_names": 0,  # --config=NAME[:PRESET] -> the config file (standard library only)
     "seed_jax.watchdog": 0,  # the stall watchdog every layer beats (standard library only)
     "seed_jax.train": 1,
     "seed_jax.rollout": 2,
@@ -60,10 +66,12 @@ LAYERS = {
     "seed_jax.export": 4,  # RL checkpoint -> Hugging Face directory
     "seed_jax.chat": 4,  # terminal chat with a policy
     "seed_jax.plan": 4,  # ahead-of-time plan of a run's programs (reads run configs like the launcher)
+    "seed_jax.cli": 4,  # the seed-jax command: runs the entry points above (and the retriever server) by name
 }
 ENVS_FROM_LAYER = LAYERS["seed_jax.rollout"]
-NOT_FROM_LIBRARY = ("experiments", "configs")
-NOT_FROM_ENVS = ("seed_jax", "configs", "experiments")
+ENVS = "seed_jax.envs"  # the top-level envs/ folder (seed_jax/__init__.py)
+NOT_FROM_LIBRARY = ("seed_jax.experiments", "seed_jax.configs")
+OLD_NAMES = ("envs", "configs", "experiments")  # top-level names before the seed_jax namespace
 
 # ------------------------------------------------------------------ reading imports
 
@@ -72,6 +80,8 @@ def module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
+    if parts[0] in OLD_NAMES:  # envs/x.py is seed_jax.envs.x
+        parts = ["seed_jax", *parts]
     return ".".join(parts)
 
 
@@ -126,9 +136,12 @@ def violations(graph: dict[str, frozenset[str]]) -> set[tuple[str, str, str]]:
     """``(importer, imported, rule)`` for every import that breaks a layer rule."""
     found = set()
     for module, targets in graph.items():
-        if _within(module, "envs"):
+        for t in targets:
+            if any(_within(t, p) for p in OLD_NAMES):
+                found.add((module, t, "an old top-level name: python tools/rewrite_imports.py"))
+        if _within(module, ENVS):
             for t in targets:
-                if any(_within(t, p) for p in NOT_FROM_ENVS):
+                if _within(t, "seed_jax") and not _within(t, ENVS) and t != "seed_jax":
                     found.add((module, t, "envs import no seed_jax, configs or experiments"))
             continue
         if not _within(module, "seed_jax"):
@@ -139,8 +152,9 @@ def violations(graph: dict[str, frozenset[str]]) -> set[tuple[str, str, str]]:
         for t in targets:
             if any(_within(t, p) for p in NOT_FROM_LIBRARY):
                 found.add((module, t, "the library imports no experiments and no top-level configs"))
-            elif _within(t, "envs") and layer is not None and layer < ENVS_FROM_LAYER:
-                found.add((module, t, f"envs are imported from the {LAYER_NAMES[ENVS_FROM_LAYER]} layer up"))
+            elif _within(t, ENVS):
+                if layer is not None and layer < ENVS_FROM_LAYER:
+                    found.add((module, t, f"envs are imported from the {LAYER_NAMES[ENVS_FROM_LAYER]} layer up"))
             elif _within(t, "seed_jax") and t != "seed_jax" and layer is not None:
                 target_layer = layer_of(t)
                 if target_layer is None:
@@ -177,7 +191,7 @@ def cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
 
 def test_the_scan_reads_the_tree():
     graph = import_graph()
-    assert "seed_jax.pipeline.rl" in graph and "envs.base" in graph
+    assert "seed_jax.pipeline.rl" in graph and "seed_jax.envs.base" in graph
     assert "seed_jax.pipeline.validate" in graph["seed_jax.launch"]
 
 
@@ -205,12 +219,14 @@ def _graph(**files: str) -> dict[str, frozenset[str]]:
     ("seed_jax.train.x", "def f():\n    from seed_jax.pipeline import rl\n", "train imports pipeline"),
     ("seed_jax.rollout.x", "import seed_jax.launch", "rollout imports launch"),
     ("seed_jax.losses", "from seed_jax.rollout.batch import round_up", "models imports rollout"),
-    ("seed_jax.rollout.x", "from experiments.household import bc", "no experiments"),
-    ("seed_jax.pipeline.x", "from configs.base import base_config", "no top-level configs"),
-    ("seed_jax.pipeline.x", "import configs", "no top-level configs"),
-    ("seed_jax.train.x", "from envs.base import EnvSpec", "envs are imported from the rollout layer up"),
-    ("envs.x", "from seed_jax.skills import Skill", "envs import no seed_jax"),
-    ("envs.x.y", "def f():\n    import configs.search\n", "envs import no seed_jax"),
+    ("seed_jax.rollout.x", "from seed_jax.experiments.household import bc", "no experiments"),
+    ("seed_jax.pipeline.x", "from seed_jax.configs.base import base_config", "no top-level configs"),
+    ("seed_jax.pipeline.x", "import seed_jax.configs", "no top-level configs"),
+    ("seed_jax.train.x", "from seed_jax.envs.base import EnvSpec", "envs are imported from the rollout layer up"),
+    ("seed_jax.envs.x", "from seed_jax.skills import Skill", "envs import no seed_jax"),
+    ("seed_jax.envs.x.y", "def f():\n    import seed_jax.configs.search\n", "envs import no seed_jax"),
+    ("seed_jax.rollout.x", "from envs.base import EnvSpec", "an old top-level name"),
+    ("seed_jax.envs.x", "import configs.search", "an old top-level name"),
     ("seed_jax.newthing", "import numpy", "every seed_jax module has a layer"),
 ])
 def test_an_offending_import_is_reported(module, source, rule):
@@ -223,9 +239,9 @@ def test_an_offending_import_is_reported(module, source, rule):
 @pytest.mark.parametrize("module,source", [
     ("seed_jax.pipeline.x", "from seed_jax.models import Model\nfrom seed_jax.rollout.loop import run_rollouts"),
     ("seed_jax.train.x", "from seed_jax import losses\nfrom seed_jax.models.config import ModelConfig"),
-    ("seed_jax.rollout.x", "from envs.base import EnvSpec\nfrom seed_jax.skills import Skill"),
+    ("seed_jax.rollout.x", "from seed_jax.envs.base import EnvSpec\nfrom seed_jax.skills import Skill"),
     ("seed_jax.launch", "from seed_jax.pipeline import rl"),
-    ("envs.x", "from envs.base import EnvSpec\nimport numpy"),
+    ("seed_jax.envs.x", "from seed_jax.envs.base import EnvSpec\nimport numpy"),
     ("seed_jax.models.x", "from . import config\nfrom .decoder import forward"),
 ])
 def test_an_allowed_import_is_not_reported(module, source):
@@ -237,7 +253,7 @@ def test_relative_and_from_imports_resolve_to_modules():
     src = "from . import decoder\nfrom ..train import step\nfrom seed_jax import losses\nfrom .config import X\n"
     assert imports_of(src, "seed_jax.models.model", False, known) == {
         "seed_jax.models.decoder", "seed_jax.train", "seed_jax.losses", "seed_jax.models.config"}
-    assert imports_of("from .world import W", "envs.household", True) == {"envs.household.world"}
+    assert imports_of("from .world import W", "seed_jax.envs.household", True) == {"seed_jax.envs.household.world"}
 
 
 def test_a_cycle_is_reported_even_through_a_function_import():

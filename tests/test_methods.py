@@ -212,7 +212,7 @@ class MethodRun:
 
 
 def _config(env: str, method: str, **keys):
-    c = importlib.import_module(f"configs.{env}").get_config("tiny")
+    c = importlib.import_module(f"seed_jax.configs.{env}").get_config("tiny")
     c.method = method
     for dotted, value in keys.items():
         *parents, leaf = dotted.split("__")

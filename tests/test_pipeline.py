@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _config(env: str, preset: str = "tiny"):
     import importlib
 
-    return importlib.import_module(f"configs.{env}").get_config(preset)
+    return importlib.import_module(f"seed_jax.configs.{env}").get_config(preset)
 
 
 @pytest.mark.parametrize("env", ["search", "alfworld", "webshop"])

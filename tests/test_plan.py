@@ -248,7 +248,7 @@ def _run(args, env=None, timeout=600):
 DIRECT = textwrap.dedent("""
     import json, sys
     import jax, jax.numpy as jnp
-    from configs.alfworld import get_config
+    from seed_jax.configs.alfworld import get_config
     from seed_jax.models.tokenizer import load_tokenizer
     from seed_jax.pipeline.runtime import random_model_config, train_config
     from seed_jax.plan.analysis import plan_run
@@ -638,7 +638,7 @@ def test_the_plan_chooses_the_largest_rollout_wave_that_fits():
     it takes 16 at the first try, with none it takes none and says so."""
     import dataclasses
 
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.pipeline.environments import make_benchmark
     from seed_jax.pipeline.runtime import rollout_settings
     from seed_jax.plan.analysis import HEADROOM, format_plan, plan_run, with_wave_rows
@@ -670,7 +670,7 @@ def test_the_plan_lists_the_sampler_buckets_a_run_may_compile():
     """Hand-computed: 3 tasks x 2 rollouts = 6 rows -> row buckets 1, 2, 4, 8 (powers of two up to
     the one holding 6); prompts of at most 100 tokens -> lengths 16 .. 128 of the bucket list (7);
     with waves of 2 rows only 1 and 2 rows remain."""
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.plan.analysis import compile_estimate, format_plan, plan_run
     from seed_jax.plan.targets import parse_target
 
@@ -697,7 +697,7 @@ def test_the_sampler_is_planned_on_one_hosts_devices_for_its_share_of_the_rows()
 
     import numpy as np
 
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.plan.programs import host_devices, host_rollout_rows
 
     c = get_config("tiny")
@@ -717,7 +717,7 @@ def test_a_phase_that_does_not_fit_fails_the_plan_though_each_program_fits():
     misfit line names the phase and what stays resident."""
     import dataclasses
 
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.plan.analysis import HEADROOM, format_plan, misfit_message, plan_run
     from seed_jax.plan.targets import parse_target
 

@@ -51,7 +51,7 @@ SEARCH_EVAL_SETS = {"nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "m
 
 
 def paper(env: str):
-    return importlib.import_module(f"configs.{env}").get_config("paper")
+    return importlib.import_module(f"seed_jax.configs.{env}").get_config("paper")
 
 
 @pytest.mark.parametrize("env", ENVS)

@@ -79,7 +79,7 @@ def bucket(tmp_path, monkeypatch):
 
 
 def _config(num_updates: int):
-    config = importlib.import_module("configs.search").get_config("tiny")
+    config = importlib.import_module("seed_jax.configs.search").get_config("tiny")
     config.method = "seed_no_sft"
     config.rl.num_updates = num_updates
     config.stages = "rl"

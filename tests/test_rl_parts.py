@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from configs.search import get_config
 from seed_jax.buckets import BUCKETS, round_to_multiple, round_up, row_bucket
+from seed_jax.configs.search import get_config
 from seed_jax.losses import TokenSum
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer, rl_analyzer, shuffle_skills, static_analyzer
 from seed_jax.pipeline.ppo import host_split_error, mini_batch_rows, ppo_epochs
@@ -288,7 +288,7 @@ def test_schedule_counts_updates_not_optimizer_steps():
 
 
 def test_run_schedules_are_stated_in_updates():
-    from configs import search
+    from seed_jax.configs import search
     from seed_jax.pipeline.runtime import train_config
 
     tc = train_config(search.get_config("paper"), micro_batch_size=8)  # the preset leaves it to the plan (-1)

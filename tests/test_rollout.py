@@ -38,14 +38,14 @@ def tiny_policy(smol_tokenizer):
 
 
 def _search():
-    from envs.search import SEARCH_SPEC, load_default_tasks, make_search_env
+    from seed_jax.envs.search import SEARCH_SPEC, load_default_tasks, make_search_env
 
     return EnvFactory(make_search_env, seed_kwarg=None), load_default_tasks(limit=2), SEARCH_SPEC, \
         ("</search>", "</answer>")
 
 
 def _alfworld():
-    from envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
+    from seed_jax.envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
 
     data = SHARED_DATA / "alfworld"
     return EnvFactory(make_alfworld_env, data_dir=str(data), seed_kwarg=None), \
@@ -53,7 +53,7 @@ def _alfworld():
 
 
 def _webshop():
-    from envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
+    from seed_jax.envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
 
     return EnvFactory(make_webshop_env, seed_kwarg=None), load_goals(limit=2), WEBSHOP_SPEC, ("</action>",)
 
@@ -252,7 +252,7 @@ def test_host_shares_give_the_same_episodes_as_one_run(tiny_policy, smol_tokeniz
     """Reference: one run of 3 tasks x 2 episodes. Two hosts' contiguous shares (2 tasks and 1,
     `host_share`), each run in its own env pool with the share's slot and group offsets, give the
     same episodes in the same order: same ids, groups, tokens, rewards."""
-    from envs.search import SEARCH_SPEC, load_default_tasks, make_search_env
+    from seed_jax.envs.search import SEARCH_SPEC, load_default_tasks, make_search_env
     from seed_jax.pipeline.multihost import host_share
 
     factory, tasks = EnvFactory(make_search_env, seed_kwarg=None), load_default_tasks(limit=3)

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from envs.actions import parse_action
-from envs.search import BM25Retriever, SearchEnv, default_corpus_path, load_default_tasks
-from envs.search.demos import demonstration
+from seed_jax.envs.actions import parse_action
+from seed_jax.envs.search import BM25Retriever, SearchEnv, default_corpus_path, load_default_tasks
+from seed_jax.envs.search.demos import demonstration
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_demonstrations_only_answer_from_the_passages(search_env):
 
 
 def test_grounded_answer_normalises_and_needs_whole_words():
-    from envs.search.demos import grounded_answer
+    from seed_jax.envs.search.demos import grounded_answer
 
     assert grounded_answer('Doc 1(Title: "X") It was the Pizza Hut, founded 1958.', ["pizza hut"]) == "pizza hut"
     assert grounded_answer("Doc 1 Botswana.", ["Angola", "Botswana"]) == "Botswana"
@@ -66,7 +66,7 @@ def test_grounded_answer_normalises_and_needs_whole_words():
 
 
 def test_format_demonstrations_follow_the_config(tmp_path):
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.pipeline.run import Run
     from seed_jax.pipeline.stage1 import format_demonstrations
 
@@ -89,7 +89,7 @@ def test_local_search_prompts_keep_the_question(smol_tokenizer, search_env):
     """The default run's prompt cap holds the answer turn's whole prompt (question + the three
     passages of a search for it) for every vendored question, so left truncation never cuts the
     question away; the old 512 cap did for most of them."""
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.rollout.loop import make_prompt_encoder
 
     cap = get_config("local").rollout.max_prompt_tokens
@@ -131,7 +131,7 @@ def test_update_log_line_reads_without_a_terminal():
 
 
 def test_describe_run_names_each_stage_its_figures_and_files(tmp_path):
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.pipeline.summary import describe_run
 
     c = get_config("local")
@@ -155,6 +155,6 @@ def test_describe_run_names_each_stage_its_figures_and_files(tmp_path):
                    "2.93 -> 0.52", "first update success 0.00, valid actions 75%", "last update success 0.12",
                    "OPD gate mean 0.43", "hotpotqa: success 0.05 over 20 tasks, valid actions 80%",
                    "sft/model/", "eval/results.md", "peak resident memory 3.42 GB",
-                   f"python -m seed_jax.report {tmp_path / 'w'}", "configs/search.py:paper", "model.path"):
+                   f"seed-jax report {tmp_path / 'w'}", "seed-jax train --config=search:paper", "model.path"):
         assert figure in text, (figure, text)
     assert f"{(212 + 0.4 + 600 + 700 + 150) / 60:.1f} min" in text

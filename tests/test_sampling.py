@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from envs.actions import THINK_TAGS, parse_action
+from seed_jax.envs.actions import THINK_TAGS, parse_action
 from seed_jax.models import load_model
 from seed_jax.sampling import SamplerSpec, SamplingParams, _find_stop, generate, sample_token
 from tests.conftest import TINY_KINDS

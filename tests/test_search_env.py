@@ -19,7 +19,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from envs.search import (
+from seed_jax.envs.search import (
     BM25Retriever,
     HttpRetriever,
     Passage,
@@ -40,9 +40,9 @@ from envs.search import (
     normalize_answer,
     read_corpus_jsonl,
 )
-from envs.search.bm25 import tokenize
-from envs.search.data import build_default_set
-from envs.search.server import start_background_server
+from seed_jax.envs.search.bm25 import tokenize
+from seed_jax.envs.search.data import build_default_set
+from seed_jax.envs.search.server import start_background_server
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(REPO), "shared", "data", "search_qa")
@@ -208,7 +208,7 @@ def test_bm25_top3_matches_reference_on_the_vendored_questions(bm25):
 
 def test_bm25_does_not_import_jax(tmp_path):
     """bm25s would import JAX (and start its runtime) in every env worker: the BM25 keeps it out."""
-    code = ("import sys; from envs.bm25 import BM25; from envs.search.bm25 import tokenize; "
+    code = ("import sys; from seed_jax.envs.bm25 import BM25; from seed_jax.envs.search.bm25 import tokenize; "
             "b = BM25.build(['red apple', 'green pear'], tokenize); assert b.top('pear', 3)[0][0] == 1; "
             "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -496,7 +496,7 @@ def test_server_cli(tmp_path):
     _write_corpus(corpus, ['"A"\nred apple', '"B"\ngreen pear', '"C"\nred pear'])
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envs.search.server", "--corpus", str(corpus), "--port", str(port),
+        [sys.executable, "-m", "seed_jax.envs.search.server", "--corpus", str(corpus), "--port", str(port),
          "--cache-dir", str(tmp_path / "cache")], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         client = HttpRetriever(f"http://127.0.0.1:{port}", timeout=2.0, max_retries=8, backoff=0.25, max_backoff=2.0)
@@ -513,7 +513,7 @@ PAPER_EVAL_SPLITS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "
 
 
 def _search_config(preset: str, data_dir: str = ""):
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
 
     c = get_config(preset)
     c.env.data_dir = data_dir
@@ -640,7 +640,7 @@ def test_launch_refuses_the_paper_preset_without_data_with_exit_status_2(tmp_pat
 def test_server_holds_1024_concurrent_clients():
     """Bounded loopback load: 1,024 clients connect at once (2,048 requests in all) to the real
     server process; every request is answered, with the embedded retriever's top-3."""
-    from envs.search.load import burst, serve_subprocess
+    from seed_jax.envs.search.load import burst, serve_subprocess
 
     tasks = load_default_tasks()
     queries = [t["question"] for t in tasks]

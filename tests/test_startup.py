@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from configs.search import get_config
+from seed_jax.configs.search import get_config
 from seed_jax.plan.analysis import target_hosts, wave_candidates
 from seed_jax.plan.targets import HARDWARE, hardware_key, host_devices_of, native_target
 
@@ -47,7 +47,7 @@ def _python(code: str, timeout: int = 900) -> subprocess.CompletedProcess:
 NATIVE_SLICES = textwrap.dedent("""
     import json
     from jax.experimental import topologies
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.plan.analysis import plan_run, target_hosts
     from seed_jax.plan.targets import host_devices_of, native_target
 
@@ -243,7 +243,7 @@ def test_sizes_left_at_minus_one_without_a_plan_take_the_documented_fallback():
 MICRO_ON_TPU = textwrap.dedent("""
     import json
     from jax.experimental import topologies
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax.plan.analysis import plan_run
     from seed_jax.plan.targets import native_target
 
@@ -279,7 +279,7 @@ def test_the_plan_chooses_a_micro_batch_per_slice():
 CHECK_PLAN_ON_A_SLICE = textwrap.dedent("""
     import json
     from jax.experimental import topologies
-    from configs.search import get_config
+    from seed_jax.configs.search import get_config
     from seed_jax import launch
     from seed_jax.plan import targets
 

@@ -49,7 +49,8 @@ def test_sample_alternates_outcomes_is_bounded_and_seeded():
 
 
 def _run(tmp_path, k):
-    return SimpleNamespace(workdir=tmp_path, config=SimpleNamespace(seed=0, rl=SimpleNamespace(transcripts_per_update=k)))
+    return SimpleNamespace(workdir=tmp_path, config=SimpleNamespace(seed=0, rl=SimpleNamespace(transcripts_per_update=k)),
+                           metrics=MetricsWriter(tmp_path, enabled=False))
 
 
 def test_transcript_writer_records_steps_skills_and_gates(tmp_path):

@@ -20,12 +20,12 @@ import re
 import numpy as np
 import pytest
 
-from envs.webshop.catalog import CatalogError, load_catalog, load_products
-from envs.webshop.env import WEBSHOP_SPEC, default_data_dir, load_goals, make_webshop_env
-from envs.webshop.generate import extract_query, write_catalog
-from envs.webshop.reward import get_reward, get_type_reward
-from envs.webshop.search import BM25Index, analyze, stem
-from envs.webshop.textmatch import normalize_color, token_set_ratio
+from seed_jax.envs.webshop.catalog import CatalogError, load_catalog, load_products
+from seed_jax.envs.webshop.env import WEBSHOP_SPEC, default_data_dir, load_goals, make_webshop_env
+from seed_jax.envs.webshop.generate import extract_query, write_catalog
+from seed_jax.envs.webshop.reward import get_reward, get_type_reward
+from seed_jax.envs.webshop.search import BM25Index, analyze, stem
+from seed_jax.envs.webshop.textmatch import normalize_color, token_set_ratio
 
 ATTR_PATH = os.fspath(default_data_dir() / "items_ins_v2_1000.json")
 RAW_KEYS = {"asin", "name", "category", "query", "product_category", "full_description",

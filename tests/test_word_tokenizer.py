@@ -13,9 +13,9 @@ import random
 
 import pytest
 
-from envs.actions import parse_action
-from envs.household import EpisodeRecord, HouseholdEnv, annotate_json, make_tasks
-from experiments.household.tokenizer import build_household_tokenizer
+from seed_jax.envs.actions import parse_action
+from seed_jax.envs.household import EpisodeRecord, HouseholdEnv, annotate_json, make_tasks
+from seed_jax.experiments.household.tokenizer import build_household_tokenizer
 from seed_jax.models.word_tokenizer import build_word_tokenizer, load_word_tokenizer, unknown_pieces
 from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.skills import build_analyzer_prompt, insert_skill, parse_skill

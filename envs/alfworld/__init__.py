@@ -4,8 +4,8 @@ Game listing (`games`) needs only the standard library; the engine (`engine`, `e
 ``textworld`` and ``alfworld`` when the first game is loaded.
 """
 
-from envs.alfworld.env import ALFWORLD_SPEC, AlfWorldEnv, make_alfworld_env
-from envs.alfworld.games import (
+from seed_jax.envs.alfworld.env import ALFWORLD_SPEC, AlfWorldEnv, make_alfworld_env
+from seed_jax.envs.alfworld.games import (
     SPLITS,
     TASK_TYPES,
     extract_split,

@@ -22,12 +22,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from envs.actions import parse_action
-from envs.alfworld.engine import EngineState, GameEngine
-from envs.alfworld.games import DATA_ENV_VAR, task_type_of
-from envs.alfworld.prompt import ALFWORLD_PROMPT
-from envs.alfworld.text import extract_task, strip_banner
-from envs.base import WIN_REWARD, Environment, EnvSpec, StepRecord
+from seed_jax.envs.actions import parse_action
+from seed_jax.envs.alfworld.engine import EngineState, GameEngine
+from seed_jax.envs.alfworld.games import DATA_ENV_VAR, task_type_of
+from seed_jax.envs.alfworld.prompt import ALFWORLD_PROMPT
+from seed_jax.envs.alfworld.text import extract_task, strip_banner
+from seed_jax.envs.base import WIN_REWARD, Environment, EnvSpec, StepRecord
 
 ALFWORLD_SPEC = EnvSpec(name="alfworld", max_steps=30, history_window=5)
 INVALID_ACTION_TEXT = "(invalid response, no action taken)"

@@ -21,7 +21,7 @@ observations are shown without their own task line so the anchor is unique.
 
 from __future__ import annotations
 
-from envs.prompt import HistoryPrompt
+from seed_jax.envs.prompt import HistoryPrompt
 
 ROLE_LINE = "You are an expert agent operating in the ALFRED Embodied Environment."
 INSTRUCTION = (

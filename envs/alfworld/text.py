@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envs.prompt import TASK_PREFIX
+from seed_jax.envs.prompt import TASK_PREFIX
 
 BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 

@@ -11,7 +11,7 @@
   analysis of a trajectory as JSON text.
 """
 
-from envs.household.annotator import (
+from seed_jax.envs.household.annotator import (
                                       EpisodeRecord,
                                       StepAudit,
                                       annotate_episode,
@@ -20,16 +20,16 @@ from envs.household.annotator import (
                                       first_deviation,
                                       replay,
 )
-from envs.household.env import HOUSEHOLD_SPEC, HouseholdEnv, make_household_env
-from envs.household.expert import ExpertResult, solve
-from envs.household.splits import (
+from seed_jax.envs.household.env import HOUSEHOLD_SPEC, HouseholdEnv, make_household_env
+from seed_jax.envs.household.expert import ExpertResult, solve
+from seed_jax.envs.household.splits import (
                                       BENCHMARK_SPLITS,
                                       household_scripted_answer,
                                       household_spec,
                                       household_splits,
                                       household_task_config,
 )
-from envs.household.tasks import (
+from seed_jax.envs.household.tasks import (
                                       SPLITS,
                                       HouseholdConfig,
                                       all_combinations,
@@ -39,7 +39,7 @@ from envs.household.tasks import (
                                       make_tasks,
                                       split_of,
 )
-from envs.household.world import TASK_TYPES
+from seed_jax.envs.household.world import TASK_TYPES
 
 __all__ = [
     "EpisodeRecord", "StepAudit", "annotate_episode", "annotate_json", "annotate_trajectory", "first_deviation",

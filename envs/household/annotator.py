@@ -25,10 +25,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from envs.actions import parse_action
-from envs.household.expert import ExpertCache, ExpertResult
-from envs.household.tasks import load_task
-from envs.household.world import APPLIANCE, Layout, WorldState, goal_reached, is_openable, kind_of, transitions
+from seed_jax.envs.actions import parse_action
+from seed_jax.envs.household.expert import ExpertCache, ExpertResult
+from seed_jax.envs.household.tasks import load_task
+from seed_jax.envs.household.world import APPLIANCE, Layout, WorldState, goal_reached, is_openable, kind_of, transitions
 
 _VERB_OF_PROP = {"clean": "clean", "hot": "heat", "cool": "cool"}
 

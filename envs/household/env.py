@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.actions import parse_action
-from envs.base import WIN_REWARD, Environment, EnvSpec, StepRecord
-from envs.household.expert import ExpertCache, ExpertResult
-from envs.household.prompt import HOUSEHOLD_PROMPT
-from envs.household.tasks import load_task
-from envs.household.world import (
+from seed_jax.envs.actions import parse_action
+from seed_jax.envs.base import WIN_REWARD, Environment, EnvSpec, StepRecord
+from seed_jax.envs.household.expert import ExpertCache, ExpertResult
+from seed_jax.envs.household.prompt import HOUSEHOLD_PROMPT
+from seed_jax.envs.household.tasks import load_task
+from seed_jax.envs.household.world import (
     NOTHING_HAPPENS,
     Layout,
     WorldState,
@@ -38,7 +38,7 @@ from envs.household.world import (
     room_description,
     transitions,
 )
-from envs.prompt import TASK_PREFIX
+from seed_jax.envs.prompt import TASK_PREFIX
 
 HOUSEHOLD_SPEC = EnvSpec(name="household", max_steps=12, history_window=2)
 INVALID_ACTION_TEXT = "(invalid response)"

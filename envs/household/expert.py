@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from envs.household.world import VERB_OF_APPLIANCE_KIND, Layout, WorldState, is_openable, kind_of
+from seed_jax.envs.household.world import VERB_OF_APPLIANCE_KIND, Layout, WorldState, is_openable, kind_of
 
 # abstract state: (location, holding, task-object receptacle ('' when held), props, opened)
 _Abstract = tuple[str, str, str, frozenset, frozenset]

@@ -17,7 +17,7 @@ which H(h, s) inserts a skill; observations are shown without their own task lin
 
 from __future__ import annotations
 
-from envs.prompt import HistoryPrompt
+from seed_jax.envs.prompt import HistoryPrompt
 
 ROLE_LINE = "You are an expert agent in a household."
 INSTRUCTION = "Think inside <think> </think>, then give one admissible action inside <action> </action>."

@@ -23,10 +23,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from envs.base import EnvSpec
-from envs.household.annotator import EpisodeRecord, annotate_json
-from envs.household.env import HOUSEHOLD_SPEC
-from envs.household.tasks import HouseholdConfig, generate_task, make_tasks
+from seed_jax.envs.base import EnvSpec
+from seed_jax.envs.household.annotator import EpisodeRecord, annotate_json
+from seed_jax.envs.household.env import HOUSEHOLD_SPEC
+from seed_jax.envs.household.tasks import HouseholdConfig, generate_task, make_tasks
 
 BENCHMARK_SPLITS = ("train", "seen", "unseen")
 

@@ -34,7 +34,7 @@ import hashlib
 import random
 from typing import Any
 
-from envs.household.world import (
+from seed_jax.envs.household.world import (
     OBJECT_KINDS,
     OBJECT_TASKS,
     RECEPTACLE_KINDS,

@@ -13,10 +13,10 @@ import ast
 import functools
 import inspect
 
-from envs import base
-from envs import prompt as layout
-from envs.household import annotator, env, prompt, world
-from envs.household.tasks import EXTRA_POOL, all_combinations
+from seed_jax.envs import base
+from seed_jax.envs import prompt as layout
+from seed_jax.envs.household import annotator, env, prompt, world
+from seed_jax.envs.household.tasks import EXTRA_POOL, all_combinations
 
 # the household modules and the shared ones they write text with (prompt layout, spec checks)
 TEXT_MODULES = (world, layout, prompt, base, env, annotator)

@@ -3,8 +3,8 @@
 Importable without JAX (standard library + numpy; pyarrow only for parquet loading).
 """
 
-from envs.search.corpus import Passage, format_information, read_corpus_jsonl
-from envs.search.data import (
+from seed_jax.envs.search.corpus import Passage, format_information, read_corpus_jsonl
+from seed_jax.envs.search.data import (
     SEARCH_R1_EVAL_SPLITS,
     default_corpus_path,
     find_search_r1_file,
@@ -15,10 +15,16 @@ from envs.search.data import (
     load_tasks,
     search_r1_files,
 )
-from envs.search.env import SEARCH_SPEC, SearchEnv
-from envs.search.factory import RetrieverSpec, SearchEnvFactory, build_retriever, make_search_env
-from envs.search.retriever import BM25Retriever, HttpRetriever, Retriever, RetrieverError, RetrieverUnavailableError
-from envs.search.reward import exact_match, normalize_answer
+from seed_jax.envs.search.env import SEARCH_SPEC, SearchEnv
+from seed_jax.envs.search.factory import RetrieverSpec, SearchEnvFactory, build_retriever, make_search_env
+from seed_jax.envs.search.retriever import (
+    BM25Retriever,
+    HttpRetriever,
+    Retriever,
+    RetrieverError,
+    RetrieverUnavailableError,
+)
+from seed_jax.envs.search.reward import exact_match, normalize_answer
 
 __all__ = [
     "BM25Retriever", "HttpRetriever", "Passage", "Retriever", "RetrieverError", "RetrieverSpec",

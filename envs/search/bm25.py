@@ -14,7 +14,7 @@ import hashlib
 import os
 import re
 
-from envs.cache import cache_root
+from seed_jax.envs.cache import cache_root
 
 FORMAT_VERSION = 2  # 1: npz inverted index; 2: bm25s directory + corpus line spans
 

@@ -24,7 +24,7 @@ files in FlashRAG's format); the train split ``train.parquet`` or ``train.jsonl`
 The default set (``envs/search/data/``, see SOURCES.md there) is the 100 HotpotQA questions
 of HippoRAG's ``hotpotqa_train.json`` over a corpus of their 994 context paragraphs plus
 1,000 wiki-18 passages of FlashRAG's sample; rebuild it with
-``python -m envs.search.data --build-default ../shared/data/search_qa envs/search/data``.
+``python -m seed_jax.envs.search.data --build-default ../shared/data/search_qa envs/search/data``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import argparse
 import json
 import os
 
-from envs.search.corpus import read_corpus_jsonl
+from seed_jax.envs.search.corpus import read_corpus_jsonl
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 DEFAULT_CORPUS = "default_corpus.jsonl"

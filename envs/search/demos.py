@@ -19,8 +19,8 @@ script then teaches reading the answer off the passages, never stating one they 
 
 from __future__ import annotations
 
-from envs.search.env import SearchEnv
-from envs.search.reward import normalize_answer
+from seed_jax.envs.search.env import SearchEnv
+from seed_jax.envs.search.reward import normalize_answer
 
 SEARCH_THOUGHT = "I need to look this up."
 ANSWER_THOUGHT = "The information answers it."

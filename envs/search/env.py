@@ -18,12 +18,12 @@ the answer as written, stripped; '' when invalid; ``data_source``), and ``action
 
 from __future__ import annotations
 
-from envs.actions import parse_action
-from envs.base import Environment, EnvSpec, StepRecord
-from envs.search.corpus import format_information
-from envs.search.data import validate_task
-from envs.search.retriever import Retriever
-from envs.search.reward import exact_match
+from seed_jax.envs.actions import parse_action
+from seed_jax.envs.base import Environment, EnvSpec, StepRecord
+from seed_jax.envs.search.corpus import format_information
+from seed_jax.envs.search.data import validate_task
+from seed_jax.envs.search.retriever import Retriever
+from seed_jax.envs.search.reward import exact_match
 
 SEARCH_SPEC = EnvSpec(name="search", action_kinds=("search", "answer"), invalid_penalty=0.01, max_steps=4,
                       history_window=4, success_threshold=1.0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from envs.search.data import default_corpus_path
-from envs.search.env import SEARCH_SPEC, SearchEnv
-from envs.search.retriever import BM25Retriever, HttpRetriever, Retriever
+from seed_jax.envs.search.data import default_corpus_path
+from seed_jax.envs.search.env import SEARCH_SPEC, SearchEnv
+from seed_jax.envs.search.retriever import BM25Retriever, HttpRetriever, Retriever
 
 
 @dataclasses.dataclass(frozen=True)

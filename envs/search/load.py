@@ -5,7 +5,7 @@
 connection (as urllib-based clients such as `HttpRetriever` do), so up to ``clients``
 connections arrive at the same moment. Every request is bounded by ``timeout`` seconds and the
 whole burst by ``clients * rounds`` requests; nothing is retried. `serve_subprocess` starts
-``python -m envs.search.server`` on a free loopback port and returns it with its URL.
+``python -m seed_jax.envs.search.server`` on a free loopback port and returns it with its URL.
 """
 
 from __future__ import annotations
@@ -93,11 +93,12 @@ def burst(url: str, queries: list[str], clients: int, rounds: int = 1, topk: int
 
 
 def serve_subprocess(*args: str, startup_timeout: float = 120.0) -> tuple[subprocess.Popen, str]:
-    """``python -m envs.search.server --port 0 *args`` and its /retrieve URL (read from the line
+    """``python -m seed_jax.envs.search.server --port 0 *args`` and its /retrieve URL (read from the line
     it prints when it serves). Stop it with ``proc.terminate(); proc.wait()``."""
-    root = str(Path(__file__).resolve().parents[2])  # this checkout's envs package, whatever is installed
+    # the folder holding this very package (a checkout's root, or site-packages), whatever else is installed
+    root = str(Path(sys.modules[__name__.split(".")[0]].__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen([sys.executable, "-m", "envs.search.server", "--port", "0", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "seed_jax.envs.search.server", "--port", "0", *args],
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     deadline = time.monotonic() + startup_timeout
     lines = []

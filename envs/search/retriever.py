@@ -21,9 +21,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from envs.bm25 import BM25
-from envs.search.bm25 import FORMAT_VERSION, analyzer, default_cache_dir, file_sha256
-from envs.search.corpus import CorpusFile, Passage, iter_corpus_jsonl
+from seed_jax.envs.bm25 import BM25
+from seed_jax.envs.search.bm25 import FORMAT_VERSION, analyzer, default_cache_dir, file_sha256
+from seed_jax.envs.search.corpus import CorpusFile, Passage, iter_corpus_jsonl
 
 
 class RetrieverError(RuntimeError):

@@ -1,6 +1,6 @@
 """Search-R1 compatible retrieval server over the embedded BM25 index (standard library only).
 
-    python -m envs.search.server --corpus corpus.jsonl --port 8000 [--host 127.0.0.1] [--topk 3]
+    python -m seed_jax.envs.search.server --corpus corpus.jsonl --port 8000 [--host 127.0.0.1] [--topk 3]
         [--backlog 4096] [--workers 32]
 
 ``POST /retrieve`` accepts ``{"queries": [str, ...]}`` (Search-R1's retrieval_server.py) or
@@ -20,8 +20,8 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from envs.search.data import default_corpus_path
-from envs.search.retriever import BM25Retriever, Retriever
+from seed_jax.envs.search.data import default_corpus_path
+from seed_jax.envs.search.retriever import BM25Retriever, Retriever
 
 DEFAULT_BACKLOG = 4096
 DEFAULT_WORKERS = 32

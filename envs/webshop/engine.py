@@ -32,9 +32,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from envs.webshop.catalog import Catalog, Goal, Product
-from envs.webshop.reward import RewardBreakdown, get_reward, noun_tokens
-from envs.webshop.search import PRODUCT_WINDOW, SEARCH_RETURN_N, BM25Index, page_slice, product_document
+from seed_jax.envs.webshop.catalog import Catalog, Goal, Product
+from seed_jax.envs.webshop.reward import RewardBreakdown, get_reward, noun_tokens
+from seed_jax.envs.webshop.search import PRODUCT_WINDOW, SEARCH_RETURN_N, BM25Index, page_slice, product_document
 
 SEP = " [SEP] "
 END_BUTTON = "Buy Now"

@@ -40,10 +40,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from envs.actions import parse_action
-from envs.base import WIN_REWARD, Environment, EnvSpec, StepRecord
-from envs.prompt import history_line, recent_steps
-from envs.webshop.catalog import (
+from seed_jax.envs.actions import parse_action
+from seed_jax.envs.base import WIN_REWARD, Environment, EnvSpec, StepRecord
+from seed_jax.envs.prompt import history_line, recent_steps
+from seed_jax.envs.webshop.catalog import (
     Catalog,
     CatalogError,
     Goal,
@@ -52,9 +52,9 @@ from envs.webshop.catalog import (
     load_attributes,
     load_products,
 )
-from envs.webshop.engine import DONE, SEP, WebShopEngine, build_index
-from envs.webshop.generate import generate_products
-from envs.webshop.search import BM25Index
+from seed_jax.envs.webshop.engine import DONE, SEP, WebShopEngine, build_index
+from seed_jax.envs.webshop.generate import generate_products
+from seed_jax.envs.webshop.search import BM25Index
 
 WEBSHOP_SPEC = EnvSpec(name="webshop", max_steps=15, history_window=2)
 SUCCESS_REWARD = WIN_REWARD

@@ -21,7 +21,7 @@ What is real and what is made up, per product:
   No option value occurs as a substring of the product's own text, so a wrong option
   cannot be rescued by the reward's text match.
 
-Usage: ``python -m envs.webshop.generate --attributes items_ins_v2_1000.json --out
+Usage: ``python -m seed_jax.envs.webshop.generate --attributes items_ins_v2_1000.json --out
 items_shuffle_generated.json``. Deterministic for a given seed.
 """
 
@@ -34,7 +34,7 @@ import random
 import re
 from typing import Any
 
-from envs.webshop.catalog import CatalogError, load_attributes
+from seed_jax.envs.webshop.catalog import CatalogError, load_attributes
 
 BRANDS = ("Norvane", "Kestrel", "Altamira", "Velmont", "Lumio", "Zephra", "Quorra", "Ostrava",
           "Brisco", "Calder", "Maribel", "Tovani", "Evanth", "Solvig", "Padrino", "Winsome")

@@ -31,8 +31,8 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from envs.webshop.catalog import Goal, Product
-from envs.webshop.textmatch import normalize_color, token_set_ratio
+from seed_jax.envs.webshop.catalog import Goal, Product
+from seed_jax.envs.webshop.textmatch import normalize_color, token_set_ratio
 
 EXACT_MATCH_OPTS = ("size",)
 FUZZY_THRESHOLD = 85

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from envs.bm25 import BM25
+from seed_jax.envs.bm25 import BM25
 
 SEARCH_RETURN_N = 50
 PRODUCT_WINDOW = 10

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from envs.household import replay
+from seed_jax.envs.household import replay
 from seed_jax.jsonl import read_jsonl
 
 GATE_FILE = "step_gates.jsonl"

@@ -72,10 +72,10 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from envs.household import HouseholdEnv, annotate_json, household_task_config, make_tasks
-from experiments.household.demos import Demo, noisy_episode, subgoal_texts, subgoal_verb
-from experiments.household.tokenizer import build_household_tokenizer
 from seed_jax.buckets import round_up
+from seed_jax.envs.household import HouseholdEnv, annotate_json, household_task_config, make_tasks
+from seed_jax.experiments.household.demos import Demo, noisy_episode, subgoal_texts, subgoal_verb
+from seed_jax.experiments.household.tokenizer import build_household_tokenizer
 from seed_jax.metrics import StageProgress
 from seed_jax.models import Model, ModelConfig, load_model
 from seed_jax.models.decoder import init_params

@@ -34,9 +34,9 @@ import dataclasses
 import random
 from collections.abc import Sequence
 
-from envs.household import EpisodeRecord, HouseholdEnv, annotate_episode
-from envs.household.tasks import load_task
-from envs.household.world import APPLIANCE, Layout, WorldState, accessible, kind_of
+from seed_jax.envs.household import EpisodeRecord, HouseholdEnv, annotate_episode
+from seed_jax.envs.household.tasks import load_task
+from seed_jax.envs.household.world import APPLIANCE, Layout, WorldState, accessible, kind_of
 from seed_jax.rollout.trajectory import StepSample, Trajectory
 
 _VERB = {"clean": "clean", "heat": "heat", "cool": "cool"}

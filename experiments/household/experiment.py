@@ -36,11 +36,11 @@ import shutil
 import time
 from pathlib import Path
 
-from experiments.household import archive as study_archive
-from experiments.household.audit import STEP_ACTIONS_FILE
-from experiments.household.bc import run_stage0
-from experiments.household.probe import probe_checkpoints, probe_points
-from experiments.household.report import write_report
+from seed_jax.experiments.household import archive as study_archive
+from seed_jax.experiments.household.audit import STEP_ACTIONS_FILE
+from seed_jax.experiments.household.bc import run_stage0
+from seed_jax.experiments.household.probe import probe_checkpoints, probe_points
+from seed_jax.experiments.household.report import write_report
 from seed_jax.jsonl import append_jsonl, repair_torn_tail
 from seed_jax.launch import run_pipeline
 from seed_jax.pipeline.validate import validate

@@ -41,10 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.household.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
-from experiments.household.demos import noisy_episode, subgoal_verb
-from experiments.household.report import arm_dir
 from seed_jax.buckets import round_up
+from seed_jax.experiments.household.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
+from seed_jax.experiments.household.demos import noisy_episode, subgoal_verb
+from seed_jax.experiments.household.report import arm_dir
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.runtime import load_policy
 from seed_jax.rollout.analyzer import analyze_trajectories

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.household.audit import audit_run, consistency_by_update, read_step_actions
+from seed_jax.experiments.household.audit import audit_run, consistency_by_update, read_step_actions
 from seed_jax.metrics import METRICS_FILE, MetricsWriter
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.report import collect_series, new_figure, save_figure

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from envs.household.vocab import household_texts
+from seed_jax.envs.household.vocab import household_texts
 from seed_jax.models.word_tokenizer import build_word_tokenizer
 from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.skills import REPAIR_PROMPT, SKILL_HEADING, SKILL_SENTENCE, build_analyzer_prompt, canonical_answer

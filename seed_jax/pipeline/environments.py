@@ -14,10 +14,10 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
-from envs.base import EnvSpec
-from envs.household import household_scripted_answer, household_spec, household_splits, make_household_env
-from envs.search import (
+from seed_jax.envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
+from seed_jax.envs.base import EnvSpec
+from seed_jax.envs.household import household_scripted_answer, household_spec, household_splits, make_household_env
+from seed_jax.envs.search import (
     SEARCH_SPEC,
     find_search_r1_file,
     load_default_tasks,
@@ -25,8 +25,8 @@ from envs.search import (
     make_search_env,
     search_r1_files,
 )
-from envs.search.demos import demonstration as search_demonstration
-from envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
+from seed_jax.envs.search.demos import demonstration as search_demonstration
+from seed_jax.envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
 from seed_jax.rollout.pool import EnvFactory
 from seed_jax.rollout.trajectory import Trajectory
 

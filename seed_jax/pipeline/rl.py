@@ -174,13 +174,15 @@ def step_gate_writer(run: Run) -> RLCallback:
 
 
 class TranscriptWriter:
-    """rl/transcripts.jsonl: ``rl.transcripts_per_update`` trajectories of each update read in full
+    """rl/transcripts.jsonl (and TensorBoard text, a W&B table: `MetricsWriter.write_transcripts`):
+    ``rl.transcripts_per_update`` trajectories of each update read in full
     (steps with observation, prompt, response, reward; the skill and the gates), drawn by
     `seed_jax.metrics.sample_transcripts` seeded by ``(config.seed, update)``; host 0's
     trajectories only. 0 writes nothing."""
 
     def __init__(self, run: Run):
         self.path = run.workdir / TRANSCRIPTS_FILE
+        self.metrics = run.metrics  # the same sample as TensorBoard text and a W&B table
         self.k = int(run.config.rl.transcripts_per_update)
         self.seed = run.config.seed
         self.enabled = self.k > 0 and jax.process_index() == 0
@@ -195,8 +197,10 @@ class TranscriptWriter:
         for g in rec.step_gates:
             by_traj.setdefault(g.traj_id, {})[g.step] = g
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        append_jsonl(self.path, [transcript_json(rec.update, t, rec.skills.get(t.traj_id), rec.gates.get(t.traj_id),
-                                                 by_traj.get(t.traj_id)) for t in picked])
+        records = [transcript_json(rec.update, t, rec.skills.get(t.traj_id), rec.gates.get(t.traj_id),
+                                   by_traj.get(t.traj_id)) for t in picked]
+        append_jsonl(self.path, records)
+        self.metrics.write_transcripts(rec.update, records)
 
 
 # --------------------------------------------------------------------------------- the stage

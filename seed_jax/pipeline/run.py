@@ -43,6 +43,8 @@ from seed_jax.pipeline.residency import RESIDENCY_FILE, PhaseRecorder
 from seed_jax.pipeline.validate import STAGES, ConfigValueError
 
 log = logging.getLogger("seed_jax")
+# the scalars beside a run's hparams in TensorBoard's HPARAMS tab (keys of seed_jax.report's contract)
+HPARAM_METRICS = ("rollout/success_rate", "rollout/invalid_rate", "rollout/return", "eval/success_rate")
 
 
 class Run:
@@ -59,6 +61,8 @@ class Run:
         cfg_file = self.workdir / "config.json"
         if main and not cfg_file.exists():
             write_text_atomic(cfg_file, json.dumps(config.to_dict(), indent=1, default=str))
+        if main:  # TensorBoard: the config as text and hparams (each launch: a resumed run shows its own)
+            self.metrics.write_config(config.to_dict(), flat_config(config), HPARAM_METRICS)
 
     def path(self, *parts) -> epath.Path:
         p = self.workdir.joinpath(*parts)

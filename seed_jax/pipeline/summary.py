@@ -74,10 +74,10 @@ def stage_sentence(stage: str, s: Mapping, config) -> str:
 def real_run_hint(config) -> str:
     """What to change for a run at the paper's scale."""
     env = config.env.name
-    hint = (f"For a real run: --config=configs/{env}.py:paper --config.model.path=<local HF model dir, e.g. "
+    hint = (f"For a real run: seed-jax train --config={env}:paper --config.model.path=<local HF model dir, e.g. "
             "Qwen2.5-3B-Instruct> on an accelerator (docs/METHOD.md §6 has the recipe)")
     if env == "search":
-        hint += ("; a retriever (python -m envs.search.server --corpus wiki.jsonl --port 8000) and Search-R1's data "
+        hint += ("; a retriever (seed-jax serve-retriever --corpus wiki.jsonl --port 8000) and Search-R1's data "
                  "(--config.env.data_dir=DIR)")
     return hint + "."
 
@@ -99,6 +99,6 @@ def describe_run(config, stages: Mapping[str, Mapping], workdir, preset: str | N
     lines.append("")
     lines.append(f"Wall time of the stages run or reused: {total / 60:.1f} min; peak resident memory "
                  f"{(max(peaks) if peaks else peak_rss_mb()) / 1024:.2f} GB.")
-    lines.append(f"Curves and a report: python -m seed_jax.report {workdir}")
+    lines.append(f"Curves and a report: seed-jax report {workdir}")
     lines.append(real_run_hint(config))
     return "\n".join(lines)

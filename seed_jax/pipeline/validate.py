@@ -224,7 +224,7 @@ def check_retriever(url: str, timeout: float = 5.0) -> None:
         reason = getattr(e, "reason", None) or e
         raise ConfigValueError(
             f"config.env.retriever_url: no working retriever at {retrieve} ({reason}); start one with "
-            f"`python -m envs.search.server --port {urllib.parse.urlsplit(retrieve).port or 8000}` "
+            f"`python -m seed_jax.envs.search.server --port {urllib.parse.urlsplit(retrieve).port or 8000}` "
             "(BM25 over the vendored corpus, --corpus FILE for yours) or use --config.env.retriever=bm25") from None
 
 

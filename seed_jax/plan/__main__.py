@@ -13,7 +13,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Run config, e.g. configs/alfworld.py:paper")
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Run config: NAME[:PRESET] (alfworld:paper) or a file, "
+                                           "e.g. configs/alfworld.py:paper")
 _TARGET = flags.DEFINE_string("target", "native", "tpu:<topology> | gpu:<kind>x<n> | cpu:<n> | native")
 _JSON = flags.DEFINE_string("json", None, "Also write the plan's figures to this JSON file")
 _PROGRAMS = flags.DEFINE_string("programs", None, "Comma-separated subset of the programs (default: all)")
@@ -118,8 +119,12 @@ def warm(spec: str) -> None:
 
 def parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing, with a command-line error as one line on stderr and exit 2."""
+    from seed_jax.config_names import ConfigNameError, resolve_config_args
+
     try:
-        return flags.FLAGS(argv)
+        return flags.FLAGS(resolve_config_args(argv))  # --config=alfworld:paper from anywhere
+    except ConfigNameError as e:
+        fail(str(e))
     except (flags.Error, AttributeError, KeyError) as e:
         fail(" ".join(str(e).split()))
 

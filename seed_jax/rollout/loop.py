@@ -30,8 +30,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from tqdm.auto import tqdm
 
-from envs.actions import THINK_TAGS
 from seed_jax.buckets import BUCKETS
+from seed_jax.envs.actions import THINK_TAGS
 from seed_jax.metrics import progress_enabled
 from seed_jax.models.tokenizer import apply_chat
 from seed_jax.rollout.pool import EnvBackend
