@@ -43,10 +43,9 @@ def probe(topology: str, hidden: int = 2048) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> None:
-    import libtpu  # noqa: F401  the compile-only devices need it
-
     from importlib.metadata import version
-    print(f"jax {jax.__version__}, libtpu {version('libtpu')}")
+
+    print(f"jax {jax.__version__}, libtpu {version('libtpu')}")  # the compile-only devices are libtpu's
     print(f"{'topology':<12} {'chips':>5}  {'sharded output':<40} psum_scatter")
     for topology in argv or ["v5e:2x4", "v5e:4x4", "v5p:2x2x2"]:
         n = len(topologies.get_topology_desc(platform="tpu", topology_name=topology).devices)
