@@ -7,7 +7,9 @@ Files written under a run directory ``<workdir>``:
   written as ``null`` so every line is strict JSON. Several lines may share a step (e.g. one
   write per stage with different prefixes), and a resumed run appends lines for steps it
   redoes; readers take, per key, the last value written for each step
-  (``seed_jax.report.collect_series``). The metric-key contract is in ``seed_jax.report``.
+  (``seed_jax.report.collect_series``). ``MetricsWriter.event`` writes ``{"step", "time",
+  "event": text}`` lines (e.g. ``config changed: train.lr 0.0001 -> 0.0003 at update 3``), which
+  the scalar readers skip. The metric-key contract is in ``seed_jax.report``.
 - ``tb/``: TensorBoard event files (tensorboardX), one scalar per key, ``global_step = step``.
 - optional Weights & Biases (`WandbWriter`, off unless ``MetricsWriter(wandb=WandbSettings(...))``):
   every record logged with its ``step`` as the x axis, the run config logged, one W&B run per
@@ -199,6 +201,16 @@ class MetricsWriter:
             self._tb.flush()
         if self._wandb is not None:
             self._wandb.log(record)
+        return record
+
+    def event(self, step: int, text: str) -> dict:
+        """Append one event line ``{"step", "time", "event": text}`` to metrics.jsonl (a thing that
+        happened at ``step``, e.g. a config changed by ``--force``); readers of scalars skip it."""
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            raise TypeError(f"step must be an int, got {type(step).__name__}")
+        record = {"step": int(step), "time": time.time(), "event": str(text)}
+        if self.enabled and not self._closed:
+            append_jsonl(self.path, [record])
         return record
 
     def close(self) -> None:

@@ -86,6 +86,39 @@ def test_check_relaunch_lists_every_result_changing_key(tmp_path):
     assert check_relaunch(new, tmp_path, force=True).forced
 
 
+def test_force_keeps_the_replaced_config_and_logs_the_change_in_metrics_and_summary(tmp_path):
+    """issue 33 item 9: --force on a run with 2 RL updates made keeps the old config in
+    config.history.jsonl, writes "config changed: train.lr 0.0001 -> 0.0003 ... at update 3" into
+    metrics.jsonl and summary.md; a second forced change appends, never rewrites."""
+    from seed_jax.metrics import MetricsWriter
+    from seed_jax.pipeline.run import read_config_history
+
+    write_config(_config(), tmp_path)
+    for stage, summary in [("collect", {}), ("annotate", {}), ("sft", {}), ("rl", {"num_updates": 2}), ("eval", {})]:
+        (tmp_path / "stages").mkdir(exist_ok=True)
+        (tmp_path / "stages" / f"{stage}.json").write_text(json.dumps(summary))
+    new = _config()
+    new.train.lr = 3e-4
+    with pytest.raises(ConfigChangedError):
+        launch.run_pipeline(new, tmp_path)  # refused without --force: nothing recorded
+    assert read_config_history(tmp_path) == []
+    launch.run_pipeline(new, tmp_path, force=True)  # every stage finished: nothing runs, no model loads
+    assert json.loads((tmp_path / "config.json").read_text())["train"]["lr"] == 3e-4
+    (rec,) = read_config_history(tmp_path)
+    assert rec["replaced_config"]["train.lr"] == 1e-4 and rec["changed"] == {"train.lr": [1e-4, 3e-4]}
+    assert rec["at_update"] == 3 and rec["forced"] is True
+    line = "config changed (--force): train.lr 0.0001 -> 0.0003 at update 3"
+    assert rec["event"] == line
+    assert [r for r in MetricsWriter.read(tmp_path) if "event" in r] == [
+        {"step": 3, "time": pytest.approx(rec["time"], abs=60), "event": line}]
+    assert line in (tmp_path / "summary.md").read_text()
+    newer = _config()
+    newer.train.lr = 5e-4
+    launch.run_pipeline(newer, tmp_path, force=True)
+    first, second = read_config_history(tmp_path)
+    assert first == rec and second["replaced_config"]["train.lr"] == 3e-4
+
+
 def test_stage_plan_reopens_rl_when_num_updates_grew_and_redoes_eval(tmp_path):
     config = _config()
     for stage, summary in [("collect", {}), ("annotate", {}), ("sft", {}), ("rl", {"num_updates": 2}), ("eval", {})]:

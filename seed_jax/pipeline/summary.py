@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from seed_jax.paths import run_path
+from seed_jax.pipeline.run import read_config_history
 from seed_jax.procmem import peak_rss_mb
 
 # what each stage does, and where its files are (relative to the run directory)
@@ -99,6 +100,8 @@ def describe_run(config, stages: Mapping[str, Mapping], workdir, preset: str | N
     lines.append("")
     lines.append(f"Wall time of the stages run or reused: {total / 60:.1f} min; peak resident memory "
                  f"{(max(peaks) if peaks else peak_rss_mb()) / 1024:.2f} GB.")
+    for rec in read_config_history(workdir):
+        lines.append(f"{rec.get('event', 'config changed')} (the replaced config: config.history.jsonl).")
     lines.append(f"Curves and a report: python -m seed_jax.report {workdir}")
     lines.append(real_run_hint(config))
     return "\n".join(lines)
