@@ -7,8 +7,10 @@ sft (the policy learns to write skills), rl (SEED RL), eval (held-out splits); d
 Configs (``--config=``): configs/search.py, configs/alfworld.py, configs/webshop.py; every key,
 its default and meaning is in configs/base.py and the env's file. Presets (``:preset``):
   local   (default) the embedded SmolLM2-135M on a CPU, no network: the method end to end, small
-  paper   the paper's recipe (docs/METHOD.md §6); needs --config.model.path=<HF model dir>
-          and, for search, a retriever (python -m envs.search.server)
+  paper   the paper's recipe (docs/METHOD.md §6); needs --config.model.path=<HF model dir>,
+          a stage-1 annotator (--config.stage1.openai_base_url=URL --config.stage1.openai_model=NAME,
+          or --config.stage1.analyzer=self, a deviation) and, for search, a retriever
+          (python -m envs.search.server)
   tiny    a tiny random model: the whole pipeline in about a minute (tests, smoke runs)
 Methods (``--config.method=``): {methods}; docs/METHOD.md §7 and seed_jax/pipeline/methods.py
 say what each switches.
@@ -68,6 +70,7 @@ from seed_jax.pipeline.summary import describe_run
 from seed_jax.pipeline.validate import (
     STAGES,
     ConfigValueError,
+    check_annotator,
     check_inputs,
     check_mesh,
     check_retriever,
@@ -104,7 +107,8 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     ``paper`` preset, every named file or directory exists), `check_relaunch` (the run directory's
     config.json; ``force`` accepts keys that change results, the replaced config kept in
     ``config.history.jsonl`` and the change logged as a metrics event and in summary.md) and, when a stage that steps
-    environments will run, the HTTP retriever; each raises `ConfigValueError`. ``dry_run``: print
+    environments will run, the HTTP retriever, and when annotate will run with ``stage1.analyzer =
+    openai``, one request to the annotator endpoint (`check_annotator`); each raises `ConfigValueError`. ``dry_run``: print
     the resolved config and the stage plan, and return the plan (``{stage: {"plan", "why"}}``).
     ``rl_callbacks``: called with each RL update's `seed_jax.pipeline.rl.UpdateRecord`. ``plan``
     (`check_plan`): compile every program for the run's devices (``"yes"``, ``"auto"``: on TPU / GPU)
@@ -121,6 +125,8 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     busy = [p.stage for p in stage_list if p.action != "skip"]
     if config.env.name == "search" and config.env.retriever == "http" and set(busy) & set(ENV_STAGES):
         check_retriever(config.env.retriever_url)
+    if "annotate" in busy:  # the external annotator answers one request before collection starts
+        check_annotator(config)
     if dry_run:
         print(config)
         print(f"run directory: {workdir}" + ("" if relaunch.old else " (new)"))

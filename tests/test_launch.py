@@ -181,6 +181,106 @@ def test_paper_without_model_path_exits_2_fast(tmp_path):
     assert not (tmp_path / "w").exists()
 
 
+# ------------------------------------------------------------- the stage-1 annotator (issue 33 item 3)
+
+
+class _ChatServer:
+    """A local OpenAI-compatible chat endpoint on a thread: answers ``status`` (200: one choice
+    "OK") to every POST and keeps the request bodies."""
+
+    def __init__(self, status: int = 200):
+        bodies, code = [], status
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                bodies.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+                out = json.dumps({"choices": [{"message": {"content": "OK"}}]} if code == 200
+                                 else {"error": "invalid api key"}).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *a):
+                pass
+
+        self.bodies = bodies
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _openai_config(url: str, model: str = "glm-test"):
+    c = _config()
+    c.stage1.analyzer, c.stage1.openai_base_url, c.stage1.openai_model = "openai", url, model
+    return c
+
+
+@pytest.mark.parametrize("env", ["search", "alfworld", "webshop"])
+def test_paper_presets_annotate_with_an_endpoint_and_refuse_without_one(env, monkeypatch):
+    from seed_jax.pipeline.validate import check_annotator_keys
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    c = _config(env, "paper")
+    assert c.stage1.analyzer == "openai"  # the paper's external annotator, not the base model
+    with pytest.raises(ConfigValueError) as e:
+        check_annotator_keys(c)
+    msg = str(e.value)
+    assert msg.startswith("config.stage1.openai_base_url and config.stage1.openai_model:") and "\n" not in msg
+    assert "--config.stage1.analyzer=self" in msg and "deviation" in msg
+    c.stage1.openai_model = "glm-5.2"
+    with pytest.raises(ConfigValueError, match=r"^config\.stage1\.openai_base_url: "):
+        check_annotator_keys(c)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+    check_annotator_keys(c)  # the endpoint from the environment
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    c.stage1.analyzer = "self"  # set explicitly: accepted (a documented deviation)
+    check_annotator_keys(c)
+
+
+def test_annotator_endpoint_answers_one_request_before_collection():
+    from seed_jax.pipeline.validate import check_annotator
+
+    ok = _ChatServer(200)
+    try:
+        check_annotator(_openai_config(ok.url))
+        assert len(ok.bodies) == 1  # exactly one real request
+        path, body = ok.bodies[0]
+        assert path == "/v1/chat/completions" and body["model"] == "glm-test" and body["temperature"] == 0
+    finally:
+        ok.close()
+    refusing = _ChatServer(401)
+    try:
+        with pytest.raises(ConfigValueError) as e:
+            check_annotator(_openai_config(refusing.url))
+        assert "HTTP 401" in str(e.value) and "\n" not in str(e.value) and len(refusing.bodies) == 1
+    finally:
+        refusing.close()
+    t0 = time.time()
+    with pytest.raises(ConfigValueError, match=r"^config\.stage1\.openai_base_url: the annotator endpoint failed"):
+        check_annotator(_openai_config(f"http://127.0.0.1:{_free_port()}/v1"))
+    assert time.time() - t0 < 5  # a dead endpoint: one attempt, no retries
+    check_annotator(_config())  # other analyzers: nothing asked
+
+
+def test_dead_annotator_endpoint_exits_2_with_one_line_before_any_model_loads(tmp_path):
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    r, wall = _launch(TINY, f"--workdir={tmp_path / 'w'}", "--config.stage1.analyzer=openai",
+                      f"--config.stage1.openai_base_url={url}", "--config.stage1.openai_model=glm-test")
+    assert r.returncode == 2, r.stderr[-2000:]
+    err = r.stderr.strip()
+    assert "\n" not in err and err.startswith("error: config.stage1.openai_base_url: the annotator endpoint failed")
+    assert not (tmp_path / "w").exists()  # nothing collected, no run directory
+    r, _ = _launch(TINY, f"--workdir={tmp_path / 'w'}", "--config.stage1.analyzer=openai")
+    assert r.returncode == 2 and r.stderr.strip().startswith(
+        "error: config.stage1.openai_base_url and config.stage1.openai_model:"), r.stderr[-2000:]
+
+
 def test_dead_retriever_url_exits_2_before_rollouts(tmp_path):
     url = f"http://127.0.0.1:{_free_port()}/retrieve"
     r, _ = _launch(TINY, f"--workdir={tmp_path / 'w'}", "--config.env.retriever=http",
