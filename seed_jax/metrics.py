@@ -4,9 +4,11 @@ Files written under a run directory ``<workdir>``:
 
 - ``metrics.jsonl``: one JSON object per ``MetricsWriter.write`` call,
   ``{"step": int, "time": unix seconds, "<key>": float | null, ...}``. Non-finite values are
-  written as ``null`` so every line is strict JSON. Several lines may share a step (e.g. one
-  write per stage with different prefixes), and a resumed run appends lines for steps it
-  redoes; readers take, per key, the last value written for each step
+  written as ``null`` so every line is strict JSON. ``step`` of an RL update's row is the
+  update's number, counted from 1 (`seed_jax.pipeline.rl`). Several lines may share a step (e.g.
+  one write per stage with different prefixes); a resumed RL stage drops the rows of the updates
+  it redoes before writing them again (`MetricsWriter.drop`), and readers take, per key, the
+  last value written for each step
   (``seed_jax.report.collect_series``). ``MetricsWriter.event`` writes ``{"step", "time",
   "event": text}`` lines (e.g. ``config changed: train.lr 0.0001 -> 0.0003 at update 3``), which
   the scalar readers skip. The metric-key contract is in ``seed_jax.report``.
@@ -39,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import math
 import os
 import random
@@ -51,7 +54,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from seed_jax.jsonl import append_jsonl, read_jsonl, repair_torn_tail
-from seed_jax.paths import is_remote, run_path
+from seed_jax.paths import is_remote, run_path, write_text_atomic
 from seed_jax.watchdog import beat
 
 METRICS_FILE = "metrics.jsonl"
@@ -202,6 +205,19 @@ class MetricsWriter:
         if self._wandb is not None:
             self._wandb.log(record)
         return record
+
+    def drop(self, predicate) -> int:
+        """Remove the records of metrics.jsonl for which ``predicate(record)`` is true (the file
+        rewritten atomically, other lines kept in order); returns how many were removed. A resumed
+        stage calls it for the rows it is about to write again, so that no step has two rows
+        (TensorBoard's event files are append-only: its viewer shows the newest point per step)."""
+        if not self.enabled or not self.path.exists():
+            return 0
+        records = read_jsonl(self.path)
+        kept = [r for r in records if not predicate(r)]
+        if len(kept) < len(records):
+            write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        return len(records) - len(kept)
 
     def event(self, step: int, text: str) -> dict:
         """Append one event line ``{"step", "time", "event": text}`` to metrics.jsonl (a thing that

@@ -146,16 +146,16 @@ def test_raising_num_updates_continues_rl_from_its_checkpoint_and_redoes_eval(tm
 
     first = []
     launch.run_pipeline(config(1), tmp_path, rl_callbacks=[first.append])
-    assert [r.update for r in first] == [0]
+    assert [r.update for r in first] == [1]  # update numbers count from 1
     (tmp_path / "eval" / "results.md").unlink()
     again = []
     assert launch.run_pipeline(config(1), tmp_path, rl_callbacks=[again.append])["rl"]["num_updates"] == 1
     assert again == [] and not (tmp_path / "eval" / "results.md").exists()  # nothing redone
     more = []
     out = launch.run_pipeline(config(2), tmp_path, rl_callbacks=[more.append])
-    assert [r.update for r in more] == [1]  # continued: update 0 is not made again
+    assert [r.update for r in more] == [2]  # continued: update 1 is not made again
     assert out["rl"]["num_updates"] == 2 and (tmp_path / "eval" / "results.md").exists()  # eval redone
-    assert [r["step"] for r in MetricsWriter.read(tmp_path) if "train/loss" in r] == [0, 1]
+    assert [r["step"] for r in MetricsWriter.read(tmp_path) if "train/loss" in r] == [1, 2]
     assert json.loads((tmp_path / "config.json").read_text())["rl"]["num_updates"] == 2
 
 

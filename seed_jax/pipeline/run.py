@@ -10,7 +10,7 @@ Layout of ``workdir``::
     stage1/trajectories.jsonl   base-policy rollouts        (collect)
     stage1/sft.jsonl            accepted skill records       (annotate); stage1/sft_heldout.jsonl
     sft/model/                  HF directory of the SFT policy (sft)
-    rl/ckpt/<update>/           orbax checkpoints of the RL train state (rl)
+    rl/ckpt/<n>/                orbax checkpoints of the RL train state after update n (1-based, rl)
     rl/final_model/             HF directory of the final policy
     eval/*.json, eval/results.md  evaluation results (eval)
     parts/<stage>/*.jsonl       the finished chunks of an unfinished collect / eval (`seed_jax.pipeline.chunked`),
@@ -232,7 +232,7 @@ def updates_done(workdir) -> int:
         return int(marker["num_updates"])
     ckpt = run_path(workdir) / "rl" / "ckpt"
     steps = [int(p.name) for p in ckpt.iterdir() if p.name.isdigit()] if ckpt.exists() else []
-    return max(steps) + 1 if steps else 0
+    return max(steps) if steps else 0
 
 
 def config_change_line(relaunch: Relaunch, config, at_update: int) -> str:
