@@ -83,6 +83,7 @@ from seed_jax.metrics import (
     transcript_json,
 )
 from seed_jax.paths import run_path
+from seed_jax.pipeline.aggregates import format_aggregates, paper_aggregates
 from seed_jax.rollout.trajectory import read_trajectories
 
 CONTRACT_KEYS: tuple[str, ...] = (
@@ -137,6 +138,7 @@ class EvalResult:
     stage_or_step: str | int
     overall: dict[str, float | None]
     per_type: dict[str, dict[str, float | None]]
+    split: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +203,7 @@ def load_eval(path: str | Path) -> EvalResult:
         raise ReportError(f"{path}: results.per_type must be an object of type -> metrics")
     per_type = {str(t): _check_metric_dict(m, f"{path.name}: results.per_type.{t}")
                 for t, m in per_type_raw.items()}
-    return EvalResult(path.stem, sos, overall, per_type)
+    return EvalResult(path.stem, sos, overall, per_type, str(data.get("split") or ""))
 
 
 # --------------------------------------------------------------------------- formatting
@@ -429,10 +431,25 @@ def _skills_section(skills: list[dict]) -> list[str]:
         ["Outcome", "Skills", "Parse OK", "Mean gate mean"], rows) + [""]
 
 
-def _eval_section(evals: list[EvalResult]) -> list[str]:
+def _paper_section(evals: list[EvalResult], env: str) -> list[str]:
+    """The paper's aggregates (`seed_jax.pipeline.aggregates`) of each evaluated model, from its
+    per-split files."""
+    by_model: dict[str, dict[str, dict]] = {}
+    for e in evals:
+        by_model.setdefault(str(e.stage_or_step), {})[e.split or e.name] = {
+            "overall": e.overall, "per_type": {t: {**m, "n": m.get("n", 1)} for t, m in e.per_type.items()}}
+    lines: list[str] = []
+    for model, results in by_model.items():
+        table = format_aggregates(env, paper_aggregates(env, results))
+        if table:
+            lines += [f"### The paper's aggregates: {model}", "", *table, ""]
+    return lines
+
+
+def _eval_section(evals: list[EvalResult], env: str = "") -> list[str]:
     if not evals:
         return []
-    lines = ["## Evaluation", ""]
+    lines = ["## Evaluation", ""] + _paper_section(evals, env)
     for e in evals:
         lines += [f"### {e.stage_or_step} (`{EVAL_DIR}/{e.name}.json`)", ""]
         lines += _table(["Metric", "Value"], [[k, fmt(v)] for k, v in e.overall.items()]) + [""]
@@ -543,6 +560,14 @@ def write_transcripts(workdir: Path, out: Path, n: int) -> tuple[Path, int] | No
 
 # --------------------------------------------------------------------------- several runs
 
+def run_env(workdir: Path) -> str:
+    """The run's ``env.name`` from its config.json ('' without one)."""
+    try:
+        return str(json.loads((workdir / "config.json").read_text()).get("env", {}).get("name", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
 def run_label(workdir: Path) -> str:
     """``<directory name> (<method>)``, the method read from the run's config.json when it has one."""
     try:
@@ -634,7 +659,7 @@ def make_report(workdir: str | Path, out_dir: str | Path | None = None, transcri
     if series:
         lines += _metrics_section(series)
     lines += _skills_section(skills)
-    lines += _eval_section(evals)
+    lines += _eval_section(evals, run_env(workdir))
     if written is not None:
         lines += ["## Transcripts", "", f"{written[1]} trajectories read in full: "
                   f"[{written[0].name}]({written[0].relative_to(out).as_posix()}).", ""]

@@ -88,6 +88,7 @@ EXPECT = {
     "seed_static": Expect(stage1=True, sft=True, opd=True, opd_skills="bank", prompt_skills=False, trains=True),
     "skill_prompt": Expect(stage1=True, sft=False, opd=False, opd_skills=None, prompt_skills=True, trains=False),
     "skill_grpo": Expect(stage1=True, sft=False, opd=False, opd_skills=None, prompt_skills=True, trains=True),
+    "vanilla": Expect(stage1=False, sft=False, opd=False, opd_skills=None, prompt_skills=False, trains=False),
     "seed_shuffled": Expect(stage1=True, sft=True, opd=True, opd_skills="other", prompt_skills=False, trains=True),
 }
 ALFWORLD_METHODS = ("skill_prompt", "skill_grpo")

@@ -68,8 +68,25 @@ def stage_sentence(stage: str, s: Mapping, config) -> str:
                 valid = f", valid actions {_pct(1 - o['invalid_rate'])}" if "invalid_rate" in o else ""
                 valid += _cut(o.get("prompt_cut_rate"))
                 parts.append(f"{split}: success {o['success_rate']:.2f} over {o.get('n', '?')} tasks{valid}")
-        return f"evaluated the final policy without skills (T={c.eval.temperature}): " + "; ".join(parts)
+        paper = paper_sentence(c.env.name, s.get("paper") or {})
+        what = "the base model (nothing trained)" if c.method == "vanilla" else "the final policy"
+        return f"evaluated {what} without skills (T={c.eval.temperature}): " + "; ".join(parts) + paper
     return ", ".join(f"{k} {v}" for k, v in s.items())
+
+
+def paper_sentence(env: str, agg: Mapping) -> str:
+    """The paper's aggregates (`seed_jax.pipeline.aggregates`) in words, '' without any."""
+    if env == "alfworld":
+        parts = [f"{split} {100 * agg[f'{split}/success_macro_types']:.1f} (per game "
+                 f"{100 * agg[f'{split}/success_per_game']:.1f})" for split in sorted({k.split('/')[0] for k in agg})
+                 if f"{split}/success_macro_types" in agg and f"{split}/success_per_game" in agg]
+        return f"; the paper's figure, success macro-averaged over task types: {', '.join(parts)}" if parts else ""
+    if env == "search" and "qa_mean" in agg:
+        return f"; the paper's figure, the equal-weight mean over {int(agg['qa_sets'])} QA sets: {100 * agg['qa_mean']:.1f}"
+    if env == "webshop" and "score" in agg:
+        return (f"; the paper's figures over {int(agg.get('goals', 0))} test goals: score {100 * agg['score']:.1f}, "
+                f"success {100 * agg.get('success', 0.0):.1f}")
+    return ""
 
 
 def real_run_hint(config) -> str:

@@ -18,7 +18,7 @@ from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
 from seed_jax.pipeline.annotator import REASONING_SWITCH, AnnotatorError, OpenAIChat
 from seed_jax.pipeline.auto_sizes import AUTO, micro_batch_candidates
 from seed_jax.pipeline.environments import missing_data
-from seed_jax.pipeline.methods import METHODS
+from seed_jax.pipeline.methods import METHODS, needs_skill_bank
 from seed_jax.pipeline.ppo import host_split_error
 from seed_jax.pipeline.runtime import train_config
 from seed_jax.sampling import BACKENDS
@@ -231,7 +231,7 @@ def check_annotator_keys(config) -> None:
     presets' annotator, `configs.base.PAPER_ANNOTATOR`) has no endpoint: ``stage1.openai_base_url``
     (or ``$OPENAI_BASE_URL``) and ``stage1.openai_model``."""
     s = config.stage1
-    if s.analyzer != "openai":
+    if s.analyzer != "openai" or not needs_skill_bank(config):  # no stage 1 (grpo, vanilla): no annotator
         return
     missing = [k for k, ok in (("stage1.openai_base_url", s.openai_base_url or os.environ.get("OPENAI_BASE_URL")),
                                ("stage1.openai_model", s.openai_model)) if not ok]
@@ -250,7 +250,7 @@ def check_annotator(config, timeout: float = 10.0) -> None:
     so a dead endpoint, a wrong key or an unknown model stops the run before collection, not
     after it."""
     s = config.stage1
-    if s.analyzer != "openai":
+    if s.analyzer != "openai" or not needs_skill_bank(config):
         return
     chat = OpenAIChat(s.openai_base_url, s.openai_model, s.openai_api_key_env, timeout=timeout, max_retries=0,
                       max_tokens=16, reasoning=s.openai_reasoning)
