@@ -106,11 +106,11 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     Before any work: `validate` (impossible values), `check_inputs` (``model.path`` for the
     ``paper`` preset, every named file or directory exists), `check_relaunch` (the run directory's
     config.json; ``force`` accepts keys that change results, the replaced config kept in
-    ``config.history.jsonl`` and the change logged as a metrics event and in summary.md) and, when a stage that steps
-    environments will run, the HTTP retriever, and when annotate will run with ``stage1.analyzer =
-    openai``, one request to the annotator endpoint (`check_annotator`); each raises `ConfigValueError`. ``dry_run``: print
-    the resolved config and the stage plan, and return the plan (``{stage: {"plan", "why"}}``).
-    ``rl_callbacks``: called with each RL update's `seed_jax.pipeline.rl.UpdateRecord`. ``plan``
+    ``config.history.jsonl`` and the change logged as a metrics event and in summary.md), when a
+    stage that steps environments will run, the HTTP retriever, and when annotate will run with
+    ``stage1.analyzer = openai``, one request to the annotator endpoint (`check_annotator`); each
+    raises `ConfigValueError`. ``dry_run``: print the resolved config and the stage plan, and
+    return the plan (``{stage: {"plan", "why"}}``). ``rl_callbacks``: called with each RL update's `seed_jax.pipeline.rl.UpdateRecord`. ``plan``
     (`check_plan`): compile every program for the run's devices (``"yes"``, ``"auto"``: on TPU / GPU)
     or, with ``dry_run``, for a target (``"gpu:h100x8"``) and raise `ConfigValueError` naming the
     first program that does not fit.
