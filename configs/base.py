@@ -7,7 +7,8 @@ Presets (``--config=configs/search.py:PRESET``):
   (the search preset; a demonstration of the machinery, not a training run).
 - ``paper``: the recipe of the paper (docs/METHOD.md §6) at the paper's scale (`PAPER_SCALE`: ZeRO-3
   sharding over each fast-interconnect domain: a TPU slice, a GPU node, bfloat16 compute, remat); needs ``model.path`` (a local HF
-  directory such as Qwen2.5-3B-Instruct) and, for search, a retriever URL.
+  directory such as Qwen2.5-3B-Instruct), an OpenAI-compatible annotator endpoint for stage 1
+  (`PAPER_ANNOTATOR`) and, for search, a retriever URL.
 - ``tiny``: a tiny random model (embedded tokenizer) for end-to-end tests.
 
 Every key exists here, so a misspelt override (``--config.rl.num_update=3``) is rejected by
@@ -164,6 +165,12 @@ PAPER_SCALE = {"model.dtype": "bfloat16", "model.param_dtype": "float32", "model
                "train.micro_batch_size": -1, "analysis.batch_size": -1, "rollout.wave_rows": -1,
                "env.num_workers": 16}
 
+# The paper's stage-1 annotator: a strong external model (GLM-5.2 at temperature 0) behind an
+# OpenAI-compatible endpoint, which the run must be given (stage1.openai_base_url or
+# $OPENAI_BASE_URL, stage1.openai_model; refused without, exit 2). ``stage1.analyzer=self`` (the
+# base model annotates itself) is accepted when set explicitly: a deviation (docs/METHOD.md §2.2).
+PAPER_ANNOTATOR = {"stage1.analyzer": "openai"}
+
 
 def set_keys(c: ml_collections.ConfigDict, values: Mapping[str, object]) -> None:
     """Set existing dotted keys of ``c`` (``{"rl.num_updates": 2}``); an unknown key is a KeyError."""
@@ -189,7 +196,7 @@ def with_preset(c: ml_collections.ConfigDict, preset: str, *, local: Mapping[str
     if preset == "local":
         apply_local(c, **local)
     elif preset == "paper":
-        set_keys(c, {**PAPER_SCALE, **(paper or {})})
+        set_keys(c, {**PAPER_SCALE, **PAPER_ANNOTATOR, **(paper or {})})
     elif preset == "tiny":
         apply_tiny(c)
         set_keys(c, tiny or {})

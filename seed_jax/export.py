@@ -3,8 +3,8 @@
 ``python -m seed_jax.export --workdir=runs/s [--step=N] --out=DIR [--dtype=auto] [--force]``
 
 Reads the run's ``config.json`` and its orbax checkpoints ``<workdir>/rl/ckpt/<step>/``
-(`seed_jax.pipeline.run` documents the layout; a checkpoint's step is the index of the RL update
-it was saved after, the newest when ``--step`` is not given) and writes to ``DIR``:
+(`seed_jax.pipeline.run` documents the layout; checkpoint n is saved after RL update n, counted
+from 1, the newest when ``--step`` is not given) and writes to ``DIR``:
 
 - ``model.safetensors`` (or shards) and ``config.json`` in ``--dtype``: ``auto`` is the base
   model's own dtype (``torch_dtype`` of ``model.path``'s config.json, so a bfloat16 model is

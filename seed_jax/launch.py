@@ -10,8 +10,10 @@ Configs (``--config=``): ``search``, ``alfworld``, ``webshop`` by name from any 
 `seed_jax.config_names`); every key, its default and meaning is in configs/base.py and the
 env's file. Presets (``:preset``):
   local   (default) the embedded SmolLM2-135M on a CPU, no network: the method end to end, small
-  paper   the paper's recipe (docs/METHOD.md §6); needs --config.model.path=<HF model dir>
-          and, for search, a retriever (python -m seed_jax.envs.search.server)
+  paper   the paper's recipe (docs/METHOD.md §6); needs --config.model.path=<HF model dir>,
+          a stage-1 annotator (--config.stage1.openai_base_url=URL --config.stage1.openai_model=NAME,
+          or --config.stage1.analyzer=self, a deviation) and, for search, a retriever
+          (python -m seed_jax.envs.search.server)
   tiny    a tiny random model: the whole pipeline in about a minute (tests, smoke runs)
 Methods (``--config.method=``): {methods}; docs/METHOD.md §7 and seed_jax/pipeline/methods.py
 say what each switches.
@@ -57,11 +59,13 @@ from seed_jax.pipeline.auto_sizes import resolve_without_plan
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.multihost import barrier
 from seed_jax.pipeline.run import (  # noqa: F401  (default_workdir, WORKDIR_NAME_NEUTRAL: the launch's names too)
+    CONFIG_HISTORY,
     WORKDIR_NAME_NEUTRAL,
     Run,
     check_relaunch,
     config_preset,
     default_workdir,
+    record_config_change,
     stage_plan,
     write_config,
 )
@@ -70,6 +74,7 @@ from seed_jax.pipeline.summary import describe_run
 from seed_jax.pipeline.validate import (
     STAGES,
     ConfigValueError,
+    check_annotator,
     check_inputs,
     check_mesh,
     check_retriever,
@@ -87,7 +92,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Run config: NAME[:PRE
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<env>-<preset>-<method>[-<hash>])")
 _STAGES = flags.DEFINE_string("stages", None, "Comma-separated subset of collect,annotate,sft,rl,eval")
 _FORCE = flags.DEFINE_bool("force", False, "Relaunch on a run directory even where config.json differs in keys "
-                           "that change results (config.json is overwritten; finished stages stay finished)")
+                           "that change results (the old config is kept in config.history.jsonl, the change logged "
+                           "in metrics.jsonl and summary.md; finished stages stay finished)")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the resolved config and the stages that would run; "
                              "load no model, run nothing")
 _PLAN = flags.DEFINE_string("plan", "auto", "Compile every program for the run's devices before the first stage and "
@@ -104,10 +110,12 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
 
     Before any work: `validate` (impossible values), `check_inputs` (``model.path`` for the
     ``paper`` preset, every named file or directory exists), `check_relaunch` (the run directory's
-    config.json; ``force`` accepts keys that change results) and, when a stage that steps
-    environments will run, the HTTP retriever; each raises `ConfigValueError`. ``dry_run``: print
-    the resolved config and the stage plan, and return the plan (``{stage: {"plan", "why"}}``).
-    ``rl_callbacks``: called with each RL update's `seed_jax.pipeline.rl.UpdateRecord`. ``plan``
+    config.json; ``force`` accepts keys that change results, the replaced config kept in
+    ``config.history.jsonl`` and the change logged as a metrics event and in summary.md), when a
+    stage that steps environments will run, the HTTP retriever, and when annotate will run with
+    ``stage1.analyzer = openai``, one request to the annotator endpoint (`check_annotator`); each
+    raises `ConfigValueError`. ``dry_run``: print the resolved config and the stage plan, and
+    return the plan (``{stage: {"plan", "why"}}``). ``rl_callbacks``: called with each RL update's `seed_jax.pipeline.rl.UpdateRecord`. ``plan``
     (`check_plan`): compile every program for the run's devices (``"yes"``, ``"auto"``: on TPU / GPU)
     or, with ``dry_run``, for a target (``"gpu:h100x8"``) and raise `ConfigValueError` naming the
     first program that does not fit.
@@ -122,6 +130,8 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     busy = [p.stage for p in stage_list if p.action != "skip"]
     if config.env.name == "search" and config.env.retriever == "http" and set(busy) & set(ENV_STAGES):
         check_retriever(config.env.retriever_url)
+    if "annotate" in busy:  # the external annotator answers one request before collection starts
+        check_annotator(config)
     if dry_run:
         print(config)
         print(f"run directory: {workdir}" + ("" if relaunch.old else " (new)"))
@@ -132,9 +142,9 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
             print(f"  {p.stage:9s} {p.action:7s} {p.why}")
         check_plan(config, plan, dry_run=True)
         return {p.stage: {"plan": p.action, "why": p.why} for p in stage_list}
-    if relaunch.changed:
-        log.warning("config differs from %s in %s (%s); config.json updated", workdir / "config.json",
-                    ", ".join(relaunch.changed), "forced" if relaunch.forced else "allowed")
+    change = record_config_change(relaunch, config, workdir)  # config.history.jsonl keeps the old one
+    if change:
+        log.warning("%s (%s keeps the config it replaced; config.json updated)", change[1], CONFIG_HISTORY)
     setup_xla(config, workdir)  # flags and compilation cache: before any JAX work
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU multi-process collectives
     maybe_initialize_distributed()
@@ -143,6 +153,8 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     check_mesh(config, jax.device_count(), jax.process_count(), interconnect_devices(jax.devices(), jax.process_count()))
 
     run = Run(config, workdir)
+    if change:
+        run.metrics.event(*change)
     write_config(config, workdir)
     if busy:
         check_plan(config, plan)

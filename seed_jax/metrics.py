@@ -4,10 +4,14 @@ Files written under a run directory ``<workdir>``:
 
 - ``metrics.jsonl``: one JSON object per ``MetricsWriter.write`` call,
   ``{"step": int, "time": unix seconds, "<key>": float | null, ...}``. Non-finite values are
-  written as ``null`` so every line is strict JSON. Several lines may share a step (e.g. one
-  write per stage with different prefixes), and a resumed run appends lines for steps it
-  redoes; readers take, per key, the last value written for each step
-  (``seed_jax.report.collect_series``). The metric-key contract is in ``seed_jax.report``.
+  written as ``null`` so every line is strict JSON. ``step`` of an RL update's row is the
+  update's number, counted from 1 (`seed_jax.pipeline.rl`). Several lines may share a step (e.g.
+  one write per stage with different prefixes); a resumed RL stage drops the rows of the updates
+  it redoes before writing them again (`MetricsWriter.drop`), and readers take, per key, the
+  last value written for each step
+  (``seed_jax.report.collect_series``). ``MetricsWriter.event`` writes ``{"step", "time",
+  "event": text}`` lines (e.g. ``config changed: train.lr 0.0001 -> 0.0003 at update 3``), which
+  the scalar readers skip. The metric-key contract is in ``seed_jax.report``.
 - ``tb/``: TensorBoard event files (tensorboardX), one scalar per key, ``global_step = step``;
   the resolved run config as text (tag ``config``) and its flat keys as hparams (HPARAMS tab,
   `MetricsWriter.write_config`), and each RL update's transcript sample as markdown text (tag
@@ -54,7 +58,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from seed_jax.jsonl import append_jsonl, read_jsonl, repair_torn_tail
-from seed_jax.paths import is_remote, run_path
+from seed_jax.paths import is_remote, run_path, write_text_atomic
 from seed_jax.transcript_text import render_transcript
 from seed_jax.watchdog import beat
 
@@ -249,6 +253,29 @@ class MetricsWriter:
             rows = [[r.get("update"), r.get("traj_id"), r.get("task"), bool(r.get("won")), r.get("reward"),
                      r.get("skill") or "", t] for r, t in zip(records, texts)]
             self._wandb.log_table(step, "transcripts", TRANSCRIPT_COLUMNS, rows)
+
+    def drop(self, predicate) -> int:
+        """Remove the records of metrics.jsonl for which ``predicate(record)`` is true (the file
+        rewritten atomically, other lines kept in order); returns how many were removed. A resumed
+        stage calls it for the rows it is about to write again, so that no step has two rows
+        (TensorBoard's event files are append-only: its viewer shows the newest point per step)."""
+        if not self.enabled or not self.path.exists():
+            return 0
+        records = read_jsonl(self.path)
+        kept = [r for r in records if not predicate(r)]
+        if len(kept) < len(records):
+            write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        return len(records) - len(kept)
+
+    def event(self, step: int, text: str) -> dict:
+        """Append one event line ``{"step", "time", "event": text}`` to metrics.jsonl (a thing that
+        happened at ``step``, e.g. a config changed by ``--force``); readers of scalars skip it."""
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            raise TypeError(f"step must be an int, got {type(step).__name__}")
+        record = {"step": int(step), "time": time.time(), "event": str(text)}
+        if self.enabled and not self._closed:
+            append_jsonl(self.path, [record])
+        return record
 
     def close(self) -> None:
         if self._tb is not None:

@@ -13,7 +13,8 @@ With several run directories (e.g. a SEED and a GRPO run) it writes ``compare.pn
 each key per run) into ``--out`` (default ``report_compare``). Labels default to each run's
 directory name and method. An unusable run directory exits with code 2 and one line.
 
-Metric-key contract (``step`` = RL update index; a plot or table row exists only when its key
+Metric-key contract (``step`` = the RL update's number, counted from 1: update n of N is step n,
+x = n on every plot, checkpoint ``rl/ckpt/<n>``; a plot or table row exists only when its key
 has data, and other keys are listed in the table as well):
 
 ==============================  ====================================================================
@@ -83,6 +84,7 @@ from seed_jax.metrics import (
     transcript_json,
 )
 from seed_jax.paths import run_path
+from seed_jax.pipeline.aggregates import format_aggregates, paper_aggregates
 from seed_jax.rollout.trajectory import read_trajectories
 from seed_jax.transcript_text import fmt, render_transcript
 
@@ -138,6 +140,7 @@ class EvalResult:
     stage_or_step: str | int
     overall: dict[str, float | None]
     per_type: dict[str, dict[str, float | None]]
+    split: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +205,7 @@ def load_eval(path: str | Path) -> EvalResult:
         raise ReportError(f"{path}: results.per_type must be an object of type -> metrics")
     per_type = {str(t): _check_metric_dict(m, f"{path.name}: results.per_type.{t}")
                 for t, m in per_type_raw.items()}
-    return EvalResult(path.stem, sos, overall, per_type)
+    return EvalResult(path.stem, sos, overall, per_type, str(data.get("split") or ""))
 
 
 # --------------------------------------------------------------------------- formatting
@@ -240,25 +243,49 @@ def save_figure(fig, path: Path, dpi: int = 100) -> Path:
     return path
 
 
+def update_axis(ax) -> None:
+    """An axis over RL updates: x labelled "update" with integer ticks only (update n is x = n,
+    counted from 1, as everywhere else), and no offset or scientific notation on either axis (a
+    "+1e3" corner label would shift every tick the reader sees)."""
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
+
+    ax.set_xlabel("update")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for axis in (ax.xaxis, ax.yaxis):
+        fmt = ScalarFormatter(useOffset=False)
+        fmt.set_scientific(False)
+        axis.set_major_formatter(fmt)
+
+
 def _line_plot(path: Path, title: str, lines: list[tuple[str, Series]], ylabel: str,
                ylim: tuple[float, float] | None = None) -> Path:
+    return save_figure(line_figure(title, lines, ylabel, ylim), path)
+
+
+def line_figure(title: str, lines: list[tuple[str, Series]], ylabel: str, ylim: tuple[float, float] | None = None):
+    """One panel, one line per series, over updates (`update_axis`)."""
     fig, ax = new_figure()
     ax = ax[0, 0]
     for label, s in lines:
         marker = "o" if len(s.steps) < 30 else None
         ax.plot(s.steps, s.values, label=label, marker=marker, markersize=3)
     ax.set_title(title)
-    ax.set_xlabel("update")
+    update_axis(ax)
     ax.set_ylabel(ylabel)
     if ylim:
         ax.set_ylim(*ylim)
     ax.grid(alpha=0.3)
     if len(lines) > 1:
         ax.legend()
-    return save_figure(fig, path)
+    return fig
 
 
 def _grid_plot(path: Path, title: str, panels: list[tuple[str, Series]]) -> Path:
+    return save_figure(grid_figure(title, panels), path)
+
+
+def grid_figure(title: str, panels: list[tuple[str, Series]]):
+    """One panel per series (two columns) over updates (`update_axis`)."""
     ncols = 2 if len(panels) > 1 else 1
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = new_figure(nrows, ncols, size=(5.5, 2.8))
@@ -269,10 +296,10 @@ def _grid_plot(path: Path, title: str, panels: list[tuple[str, Series]]) -> Path
         key, s = panels[i]
         ax.plot(s.steps, s.values, marker="o" if len(s.steps) < 30 else None, markersize=3)
         ax.set_title(key, fontsize=10)
-        ax.set_xlabel("update")
+        update_axis(ax)
         ax.grid(alpha=0.3)
     fig.suptitle(title)
-    return save_figure(fig, path)
+    return fig
 
 
 def _gate_hist(path: Path, skills: list[dict]) -> Path | None:
@@ -310,6 +337,21 @@ def _eval_plot(path: Path, evals: list[EvalResult]) -> Path | None:
     ax.set_ylabel("success")
     ax.set_ylim(0, max(1.0, max(v for _, v in pts)))
     return save_figure(fig, path)
+
+
+CAPTIONS = {
+    "success.png": "training-rollout success per update (with the evaluations' success at the updates they were made)",
+    "episode_length.png": "mean agent turns per training episode",
+    "opd_loss.png": "gated on-policy distillation loss of each update",
+    "gate.png": "OPD gate: mean over gated tokens, share above 0.5, share of tokens carrying the term",
+    "gate_hist.png": "per-trajectory mean gate, successful vs failed trajectories (all updates)",
+    "parse_rate.png": "share of the policy's analyses whose skill parsed",
+    "rollout.png": "rollout return, invalid-action rate and environment errors per update",
+    "train.png": "losses, KL, entropy, gradient norm, learning rate and teacher gap per update",
+    "time.png": "seconds per phase of an update and token throughput",
+    "eval.png": "evaluation success of each evaluated model (no skills)",
+}
+"""One caption per plot file, written under its figure in summary.md (x: the update number, 1-based)."""
 
 
 def make_plots(series: dict[str, Series], skills: list[dict], evals: list[EvalResult],
@@ -385,10 +427,25 @@ def _skills_section(skills: list[dict]) -> list[str]:
         ["Outcome", "Skills", "Parse OK", "Mean gate mean"], rows) + [""]
 
 
-def _eval_section(evals: list[EvalResult]) -> list[str]:
+def _paper_section(evals: list[EvalResult], env: str) -> list[str]:
+    """The paper's aggregates (`seed_jax.pipeline.aggregates`) of each evaluated model, from its
+    per-split files."""
+    by_model: dict[str, dict[str, dict]] = {}
+    for e in evals:
+        by_model.setdefault(str(e.stage_or_step), {})[e.split or e.name] = {
+            "overall": e.overall, "per_type": {t: {**m, "n": m.get("n", 1)} for t, m in e.per_type.items()}}
+    lines: list[str] = []
+    for model, results in by_model.items():
+        table = format_aggregates(env, paper_aggregates(env, results))
+        if table:
+            lines += [f"### The paper's aggregates: {model}", "", *table, ""]
+    return lines
+
+
+def _eval_section(evals: list[EvalResult], env: str = "") -> list[str]:
     if not evals:
         return []
-    lines = ["## Evaluation", ""]
+    lines = ["## Evaluation", ""] + _paper_section(evals, env)
     for e in evals:
         lines += [f"### {e.stage_or_step} (`{EVAL_DIR}/{e.name}.json`)", ""]
         lines += _table(["Metric", "Value"], [[k, fmt(v)] for k, v in e.overall.items()]) + [""]
@@ -477,6 +534,14 @@ def write_transcripts(workdir: Path, out: Path, n: int) -> tuple[Path, int] | No
 
 # --------------------------------------------------------------------------- several runs
 
+def run_env(workdir: Path) -> str:
+    """The run's ``env.name`` from its config.json ('' without one)."""
+    try:
+        return str(json.loads((workdir / "config.json").read_text()).get("env", {}).get("name", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
 def run_label(workdir: Path) -> str:
     """``<directory name> (<method>)``, the method read from the run's config.json when it has one."""
     try:
@@ -499,7 +564,7 @@ def compare_figure(runs: Sequence[dict[str, Series]], labels: Sequence[str], key
                 s = series[keys[i]]
                 ax.plot(s.steps, s.values, label=label, marker="o" if len(s.steps) < 30 else None, markersize=3)
         ax.set_title(keys[i], fontsize=10)
-        ax.set_xlabel("update")
+        update_axis(ax)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(" vs ".join(labels))
@@ -568,15 +633,16 @@ def make_report(workdir: str | Path, out_dir: str | Path | None = None, transcri
     if series:
         lines += _metrics_section(series)
     lines += _skills_section(skills)
-    lines += _eval_section(evals)
+    lines += _eval_section(evals, run_env(workdir))
     lines += _tracking_section(workdir)
     if written is not None:
         lines += ["## Transcripts", "", f"{written[1]} trajectories read in full: "
                   f"[{written[0].name}]({written[0].relative_to(out).as_posix()}).", ""]
     if plots:
         lines += ["## Plots", ""]
-        for title, p in plots:
-            lines += [f"### {title}", "", f"![{title}]({p.relative_to(out).as_posix()})", ""]
+        for i, (title, p) in enumerate(plots, 1):  # each caption right under its own figure
+            lines += [f"### {title}", "", f"![{title}]({p.relative_to(out).as_posix()})", "",
+                      f"*Figure {i}: {title}: {CAPTIONS.get(p.name, title)}.*", ""]
     summary = out / "summary.md"
     summary.write_text("\n".join(lines), encoding="utf-8")
     extra = (written[0],) if written is not None else ()

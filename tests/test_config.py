@@ -201,7 +201,7 @@ def test_a_train_key_that_a_run_cannot_set_is_rejected_naming_it(key):
 
 def test_methods_and_their_switches():
     assert METHODS == tuple(METHOD_SWITCHES) == ("seed", "grpo", "seed_no_sft", "sft_grpo", "seed_static",
-                                                 "skill_prompt", "skill_grpo", "seed_shuffled")
+                                                 "skill_prompt", "skill_grpo", "vanilla", "seed_shuffled")
     # which methods need the stage-1 skill bank: SFT, a static bank, or skills in the prompt
     bank = {m for m in METHODS if needs_skill_bank(_with_method("search:tiny", m))}
     assert bank == {"seed", "sft_grpo", "seed_static", "skill_prompt", "skill_grpo", "seed_shuffled"}

@@ -256,16 +256,16 @@ def test_audit_join_and_summary_hand_made():
     actions = {"u0/hand-pick#0": {"task_id": "hand-pick",
                                   "actions": ["go to sinkbasin 1", "go to fridge 1", "", "open fridge 1"]}}
     gates = [
-        {"update": 0, "traj_id": "u0/hand-pick#0", "step": 0, "gate_mean": 0.2, "gate_gt_half": 0.0, "n_tokens": 10},
-        {"update": 0, "traj_id": "u0/hand-pick#0", "step": 1, "gate_mean": 0.8, "gate_gt_half": 1.0, "n_tokens": 10},
-        {"update": 1, "traj_id": "u0/hand-pick#0", "step": 2, "gate_mean": 0.5, "gate_gt_half": 0.5, "n_tokens": 20},
-        {"update": 1, "traj_id": "u0/hand-pick#0", "step": 3, "gate_mean": 0.9, "gate_gt_half": 1.0, "n_tokens": 30},
-        {"update": 1, "traj_id": "u0/other#0", "step": 0, "gate_mean": 0.9, "gate_gt_half": 1.0, "n_tokens": 5},
-        {"update": 1, "traj_id": "u0/hand-pick#0", "step": 9, "gate_mean": 0.9, "gate_gt_half": 1.0, "n_tokens": 5},
+        {"update": 1, "traj_id": "u0/hand-pick#0", "step": 0, "gate_mean": 0.2, "gate_gt_half": 0.0, "n_tokens": 10},
+        {"update": 1, "traj_id": "u0/hand-pick#0", "step": 1, "gate_mean": 0.8, "gate_gt_half": 1.0, "n_tokens": 10},
+        {"update": 2, "traj_id": "u0/hand-pick#0", "step": 2, "gate_mean": 0.5, "gate_gt_half": 0.5, "n_tokens": 20},
+        {"update": 2, "traj_id": "u0/hand-pick#0", "step": 3, "gate_mean": 0.9, "gate_gt_half": 1.0, "n_tokens": 30},
+        {"update": 2, "traj_id": "u0/other#0", "step": 0, "gate_mean": 0.9, "gate_gt_half": 1.0, "n_tokens": 5},
+        {"update": 2, "traj_id": "u0/hand-pick#0", "step": 9, "gate_mean": 0.9, "gate_gt_half": 1.0, "n_tokens": 5},
     ]
     joined = join_gates(gates, actions, {"hand-pick": PICK_TASK})
     assert [r["consistent"] for r in joined] == [False, True, False, True]
-    s = summarize(joined, num_updates=2, windows=2)
+    s = summarize(joined, num_updates=2, windows=2)  # updates 1 and 2 (1-based)
     # consistent: (0.8*10 + 0.9*30) / 40 = 0.875, share (10 + 30) / 40 = 1
     assert s["all"]["consistent"] == {"rows": 2, "tokens": 40, "gate_mean": pytest.approx(0.875),
                                       "gate_gt_half": pytest.approx(1.0)}
@@ -273,7 +273,7 @@ def test_audit_join_and_summary_hand_made():
     assert s["all"]["inconsistent"]["gate_mean"] == pytest.approx(0.4)
     assert s["all"]["inconsistent"]["gate_gt_half"] == pytest.approx(1 / 3)
     assert s["w1"]["consistent"]["rows"] == 1 and s["w1"]["inconsistent"]["gate_mean"] == pytest.approx(0.2)
-    assert s["w2"]["updates"] == [1, 1] and s["w2"]["consistent"]["gate_mean"] == pytest.approx(0.9)
+    assert s["w2"]["updates"] == [2, 2] and s["w2"]["consistent"]["gate_mean"] == pytest.approx(0.9)
 
 
 def test_consistency_by_update_hand_made():

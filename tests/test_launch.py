@@ -86,6 +86,39 @@ def test_check_relaunch_lists_every_result_changing_key(tmp_path):
     assert check_relaunch(new, tmp_path, force=True).forced
 
 
+def test_force_keeps_the_replaced_config_and_logs_the_change_in_metrics_and_summary(tmp_path):
+    """issue 33 item 9: --force on a run with 2 RL updates made keeps the old config in
+    config.history.jsonl, writes "config changed: train.lr 0.0001 -> 0.0003 ... at update 3" into
+    metrics.jsonl and summary.md; a second forced change appends, never rewrites."""
+    from seed_jax.metrics import MetricsWriter
+    from seed_jax.pipeline.run import read_config_history
+
+    write_config(_config(), tmp_path)
+    for stage, summary in [("collect", {}), ("annotate", {}), ("sft", {}), ("rl", {"num_updates": 2}), ("eval", {})]:
+        (tmp_path / "stages").mkdir(exist_ok=True)
+        (tmp_path / "stages" / f"{stage}.json").write_text(json.dumps(summary))
+    new = _config()
+    new.train.lr = 3e-4
+    with pytest.raises(ConfigChangedError):
+        launch.run_pipeline(new, tmp_path)  # refused without --force: nothing recorded
+    assert read_config_history(tmp_path) == []
+    launch.run_pipeline(new, tmp_path, force=True)  # every stage finished: nothing runs, no model loads
+    assert json.loads((tmp_path / "config.json").read_text())["train"]["lr"] == 3e-4
+    (rec,) = read_config_history(tmp_path)
+    assert rec["replaced_config"]["train.lr"] == 1e-4 and rec["changed"] == {"train.lr": [1e-4, 3e-4]}
+    assert rec["at_update"] == 3 and rec["forced"] is True
+    line = "config changed (--force): train.lr 0.0001 -> 0.0003 at update 3"
+    assert rec["event"] == line
+    assert [r for r in MetricsWriter.read(tmp_path) if "event" in r] == [
+        {"step": 3, "time": pytest.approx(rec["time"], abs=60), "event": line}]
+    assert line in (tmp_path / "summary.md").read_text()
+    newer = _config()
+    newer.train.lr = 5e-4
+    launch.run_pipeline(newer, tmp_path, force=True)
+    first, second = read_config_history(tmp_path)
+    assert first == rec and second["replaced_config"]["train.lr"] == 3e-4
+
+
 def test_stage_plan_reopens_rl_when_num_updates_grew_and_redoes_eval(tmp_path):
     config = _config()
     for stage, summary in [("collect", {}), ("annotate", {}), ("sft", {}), ("rl", {"num_updates": 2}), ("eval", {})]:
@@ -113,16 +146,16 @@ def test_raising_num_updates_continues_rl_from_its_checkpoint_and_redoes_eval(tm
 
     first = []
     launch.run_pipeline(config(1), tmp_path, rl_callbacks=[first.append])
-    assert [r.update for r in first] == [0]
+    assert [r.update for r in first] == [1]  # update numbers count from 1
     (tmp_path / "eval" / "results.md").unlink()
     again = []
     assert launch.run_pipeline(config(1), tmp_path, rl_callbacks=[again.append])["rl"]["num_updates"] == 1
     assert again == [] and not (tmp_path / "eval" / "results.md").exists()  # nothing redone
     more = []
     out = launch.run_pipeline(config(2), tmp_path, rl_callbacks=[more.append])
-    assert [r.update for r in more] == [1]  # continued: update 0 is not made again
+    assert [r.update for r in more] == [2]  # continued: update 1 is not made again
     assert out["rl"]["num_updates"] == 2 and (tmp_path / "eval" / "results.md").exists()  # eval redone
-    assert [r["step"] for r in MetricsWriter.read(tmp_path) if "train/loss" in r] == [0, 1]
+    assert [r["step"] for r in MetricsWriter.read(tmp_path) if "train/loss" in r] == [1, 2]
     assert json.loads((tmp_path / "config.json").read_text())["rl"]["num_updates"] == 2
 
 
@@ -146,6 +179,106 @@ def test_paper_without_model_path_exits_2_fast(tmp_path):
     assert r.returncode == 2 and wall < 5, (wall, r.stderr[-2000:])
     assert r.stderr.strip().startswith("error: config.model.path:") and "\n" not in r.stderr.strip()
     assert not (tmp_path / "w").exists()
+
+
+# ------------------------------------------------------------- the stage-1 annotator (issue 33 item 3)
+
+
+class _ChatServer:
+    """A local OpenAI-compatible chat endpoint on a thread: answers ``status`` (200: one choice
+    "OK") to every POST and keeps the request bodies."""
+
+    def __init__(self, status: int = 200):
+        bodies, code = [], status
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                bodies.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+                out = json.dumps({"choices": [{"message": {"content": "OK"}}]} if code == 200
+                                 else {"error": "invalid api key"}).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *a):
+                pass
+
+        self.bodies = bodies
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _openai_config(url: str, model: str = "glm-test"):
+    c = _config()
+    c.stage1.analyzer, c.stage1.openai_base_url, c.stage1.openai_model = "openai", url, model
+    return c
+
+
+@pytest.mark.parametrize("env", ["search", "alfworld", "webshop"])
+def test_paper_presets_annotate_with_an_endpoint_and_refuse_without_one(env, monkeypatch):
+    from seed_jax.pipeline.validate import check_annotator_keys
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    c = _config(env, "paper")
+    assert c.stage1.analyzer == "openai"  # the paper's external annotator, not the base model
+    with pytest.raises(ConfigValueError) as e:
+        check_annotator_keys(c)
+    msg = str(e.value)
+    assert msg.startswith("config.stage1.openai_base_url and config.stage1.openai_model:") and "\n" not in msg
+    assert "--config.stage1.analyzer=self" in msg and "deviation" in msg
+    c.stage1.openai_model = "glm-5.2"
+    with pytest.raises(ConfigValueError, match=r"^config\.stage1\.openai_base_url: "):
+        check_annotator_keys(c)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+    check_annotator_keys(c)  # the endpoint from the environment
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    c.stage1.analyzer = "self"  # set explicitly: accepted (a documented deviation)
+    check_annotator_keys(c)
+
+
+def test_annotator_endpoint_answers_one_request_before_collection():
+    from seed_jax.pipeline.validate import check_annotator
+
+    ok = _ChatServer(200)
+    try:
+        check_annotator(_openai_config(ok.url))
+        assert len(ok.bodies) == 1  # exactly one real request
+        path, body = ok.bodies[0]
+        assert path == "/v1/chat/completions" and body["model"] == "glm-test" and body["temperature"] == 0
+    finally:
+        ok.close()
+    refusing = _ChatServer(401)
+    try:
+        with pytest.raises(ConfigValueError) as e:
+            check_annotator(_openai_config(refusing.url))
+        assert "HTTP 401" in str(e.value) and "\n" not in str(e.value) and len(refusing.bodies) == 1
+    finally:
+        refusing.close()
+    t0 = time.time()
+    with pytest.raises(ConfigValueError, match=r"^config\.stage1\.openai_base_url: the annotator endpoint failed"):
+        check_annotator(_openai_config(f"http://127.0.0.1:{_free_port()}/v1"))
+    assert time.time() - t0 < 5  # a dead endpoint: one attempt, no retries
+    check_annotator(_config())  # other analyzers: nothing asked
+
+
+def test_dead_annotator_endpoint_exits_2_with_one_line_before_any_model_loads(tmp_path):
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    r, wall = _launch(TINY, f"--workdir={tmp_path / 'w'}", "--config.stage1.analyzer=openai",
+                      f"--config.stage1.openai_base_url={url}", "--config.stage1.openai_model=glm-test")
+    assert r.returncode == 2, r.stderr[-2000:]
+    err = r.stderr.strip()
+    assert "\n" not in err and err.startswith("error: config.stage1.openai_base_url: the annotator endpoint failed")
+    assert not (tmp_path / "w").exists()  # nothing collected, no run directory
+    r, _ = _launch(TINY, f"--workdir={tmp_path / 'w'}", "--config.stage1.analyzer=openai")
+    assert r.returncode == 2 and r.stderr.strip().startswith(
+        "error: config.stage1.openai_base_url and config.stage1.openai_model:"), r.stderr[-2000:]
 
 
 def test_dead_retriever_url_exits_2_before_rollouts(tmp_path):

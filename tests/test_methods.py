@@ -88,6 +88,7 @@ EXPECT = {
     "seed_static": Expect(stage1=True, sft=True, opd=True, opd_skills="bank", prompt_skills=False, trains=True),
     "skill_prompt": Expect(stage1=True, sft=False, opd=False, opd_skills=None, prompt_skills=True, trains=False),
     "skill_grpo": Expect(stage1=True, sft=False, opd=False, opd_skills=None, prompt_skills=True, trains=True),
+    "vanilla": Expect(stage1=False, sft=False, opd=False, opd_skills=None, prompt_skills=False, trains=False),
     "seed_shuffled": Expect(stage1=True, sft=True, opd=True, opd_skills="other", prompt_skills=False, trains=True),
 }
 ALFWORLD_METHODS = ("skill_prompt", "skill_grpo")
@@ -303,7 +304,7 @@ def test_stages_that_ran(method, run_method):
     assert (r.workdir / "sft" / "model" / "config.json").exists() == e.sft
     assert (r.workdir / "rl" / "final_model" / "config.json").exists() == e.trains
     assert (r.workdir / "rl" / "ckpt").exists() == e.trains
-    assert [rec.update for rec in r.records] == (list(range(r.config.rl.num_updates)) if e.trains else [])
+    assert [rec.update for rec in r.records] == (list(range(1, r.config.rl.num_updates + 1)) if e.trains else [])
     assert sorted(p.name for p in (r.workdir / "eval").glob("final_*.json"))
 
 
@@ -450,7 +451,7 @@ def self_analysis_run(tmp_path_factory):
 
 def test_self_analyzer_in_rl(self_analysis_run):
     config, workdir, model_dir, records = self_analysis_run
-    assert [r.update for r in records] == [0, 1]
+    assert [r.update for r in records] == [1, 2]
     policy = load_policy(config)
     model, tok = policy.model, policy.tokenizer
     threshold = make_benchmark(config.env).spec.success_threshold
@@ -465,16 +466,16 @@ def test_self_analyzer_in_rl(self_analysis_run):
     first = records[0]
     assert first.parses and all(p.ok and p.skill == ANALYSIS_SKILL for p in first.parses.values())
     assert set(first.skills.values()) == {ANALYSIS_SKILL}
-    # update 1: theta_old is the state after update 0 (checkpoint 0)
+    # update 2: theta_old is the state after update 1 (checkpoint 1)
     tc = train_config(config)
     target = create_sharded_state(model.params, tc, make_mesh(devices=jax.devices()[:1]))
     with Checkpointer(workdir / "rl" / "ckpt") as ckpt:
-        assert 0 in ckpt.all_steps()
-        state, _ = ckpt.restore(0, target)
+        assert 1 in ckpt.all_steps()
+        state, _ = ckpt.restore(1, target)
     old = jax.device_get(state.params)
     second = records[1]
     assert second.parses == greedy(second, old)
-    assert second.parses != greedy(second, model.params), "update 0 did not change the greedy analysis"
+    assert second.parses != greedy(second, model.params), "update 1 did not change the greedy analysis"
     assert second.skills == {k: (p.skill if p.ok else None) for k, p in second.parses.items()}
     # parse rate: the share of parsed skills in the record, in the record's and the file's metrics
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]

@@ -425,3 +425,84 @@ def test_progress_enabled_follows_tqdm_disable_and_tty(monkeypatch, value, tty, 
     assert progress_enabled(requested) is expected
     with StageProgress(3, "x", disable=not requested) as bar:
         assert bar._bar.disable is (not expected)
+
+
+# ------------------------------------------------------------ one update numbering (issue 33 item 10)
+
+
+def test_resumed_rl_writes_each_update_once(tmp_path):
+    """A run checkpointed after update 2 (of 4) was killed after writing update 3's row; the
+    relaunch resumes from checkpoint 2 and redoes update 3: metrics.jsonl ends with one row per
+    update 1..4, and the rows of stage 1, the SFT, an evaluation and an event stay."""
+    from seed_jax.pipeline.rl import forget_redone_updates
+
+    def row(u, sr):
+        return {"rollout/success_rate": sr, "train/loss": 0.1 * u}
+
+    with MetricsWriter(tmp_path, tensorboard=False) as w:
+        w.write(0, {"trajectories": 8}, prefix="stage1")
+        w.write(1, {"loss": 2.0}, prefix="sft")
+        for u, sr in ((1, 0.25), (2, 0.5), (3, 0.125)):  # update 3: not checkpointed, then killed
+            w.write(u, row(u, sr))
+        w.write(3, {"eval/success_rate": 0.25})  # an in-training evaluation after update 3: redone too
+        w.event(3, "config changed: train.lr 0.0001 -> 0.0003 at update 3")
+    with MetricsWriter(tmp_path, tensorboard=False) as w:  # the relaunch
+        assert forget_redone_updates(w, 2) == 2
+        for u, sr in ((3, 0.75), (4, 1.0)):
+            w.write(u, row(u, sr))
+        w.write(4, {"eval/success_rate": 0.5})
+    recs = strict_lines(tmp_path / "metrics.jsonl")
+    updates = [(r["step"], r["rollout/success_rate"]) for r in recs if "rollout/success_rate" in r]
+    assert updates == [(1, 0.25), (2, 0.5), (3, 0.75), (4, 1.0)]  # update 3 once: the redone one
+    assert [r["step"] for r in recs if "stage1/trajectories" in r] == [0]
+    assert [r["step"] for r in recs if "sft/loss" in r] == [1]
+    assert [r["step"] for r in recs if "event" in r] == [3]
+    assert [r["step"] for r in recs if "eval/success_rate" in r] == [4]
+    # a first launch (nothing checkpointed) that died after update 1 redoes update 1
+    with MetricsWriter(tmp_path, tensorboard=False) as w:
+        assert forget_redone_updates(w, 0) == 5  # the 4 update rows and the evaluation after update 4
+    assert not any("rollout/success_rate" in r for r in strict_lines(tmp_path / "metrics.jsonl"))
+
+
+def test_log_line_counts_updates_from_one():
+    from seed_jax.pipeline.rl import UpdateRecord, update_log_line
+
+    rec = UpdateRecord(3, [], {}, {}, {}, {"rollout/success_rate": 0.5})
+    assert update_log_line(rec, total=4, eta_s=None).startswith("RL update 3/4:")  # update 3 = step 3 = ckpt 3
+
+
+def _ticks(ax):
+    """The x ticks inside the drawn axis range and their labels as drawn."""
+    ax.figure.canvas.draw()
+    lo, hi = ax.get_xlim()
+    return [(t, lab.get_text()) for t, lab in zip(ax.get_xticks(), ax.get_xticklabels()) if lo <= t <= hi]
+
+
+def test_plots_tick_whole_updates_without_offset():
+    from seed_jax.report import Series, compare_figure, grid_figure, line_figure
+
+    s = Series(np.array([1, 2, 3]), np.array([1000.001, 1000.002, 1000.004]))  # would get a "+1e3" offset
+    fig = line_figure("loss", [("loss", s)], "loss")
+    ax = fig.axes[0]
+    ticks = _ticks(ax)
+    assert ticks and all(float(t).is_integer() for t, _ in ticks), ticks
+    assert {lab for _, lab in ticks} >= {"1", "2", "3"}
+    assert ax.xaxis.get_major_formatter().get_offset() == "" and ax.yaxis.get_major_formatter().get_offset() == ""
+    assert all(lab.get_text().startswith("1000.") for lab in ax.get_yticklabels() if lab.get_text())
+    assert ax.get_xlabel() == "update"
+    for fig in (grid_figure("t", [("a", s), ("b", s)]), compare_figure([{"a": s}], ["run"], ["a"])):
+        for ax in [a for a in fig.axes if a.get_visible()]:
+            assert all(float(t).is_integer() for t, _ in _ticks(ax))
+            assert ax.yaxis.get_major_formatter().get_offset() == ""
+
+
+def test_report_captions_sit_under_their_own_figure(tmp_path):
+    _synthetic_run(tmp_path)
+    assert main([str(tmp_path)]) == 0
+    lines = [ln for ln in (tmp_path / "report" / "summary.md").read_text().splitlines() if ln.strip()]
+    images = [i for i, ln in enumerate(lines) if ln.startswith("![")]
+    assert len(images) == 10
+    for k, i in enumerate(images, 1):
+        title = re.match(r"!\[(.*)\]\((.*)\)", lines[i]).group(1)
+        assert lines[i - 1] == f"### {title}"  # the heading right above
+        assert lines[i + 1].startswith(f"*Figure {k}: {title}: "), (lines[i], lines[i + 1])  # the caption right under

@@ -319,6 +319,7 @@ def test_dry_run_of_a_config_that_cannot_fit_exits_nonzero_naming_the_program(tm
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps(BIG))
     r = _run(["-m", "seed_jax.launch", "--config=configs/alfworld.py:paper", f"--config.model.path={tmp_path / 'm'}",
+              "--config.stage1.analyzer=self",  # the paper's annotator endpoint is not what is tested
               "--config.train.micro_batch_size=16",  # the preset's -1 would bisect the sizes, none fitting
               f"--workdir={tmp_path / 'w'}", "--dry_run", "--plan=gpu:l4x1"])
     assert r.returncode == 2, r.stderr[-2000:]

@@ -119,6 +119,9 @@ def test_temperatures_and_analyzer(env):
     assert c.rollout.temperature == ROLLOUT_TEMPERATURE
     assert c.eval.temperature == EVAL_TEMPERATURE
     assert c.analysis.analyzer == "self"  # theta_old writes the skills in RL
+    # stage 1 is annotated by a strong external model (GLM-5.2, T=0) behind an OpenAI-compatible
+    # endpoint, which the run is given (no default model, no default URL)
+    assert c.stage1.analyzer == "openai" and c.stage1.openai_model == "" and c.stage1.openai_base_url == ""
     assert c.analysis.max_new_tokens == ANALYZER_NEW_TOKENS
 
 

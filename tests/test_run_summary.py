@@ -106,7 +106,7 @@ def test_local_search_prompts_keep_the_question(smol_tokenizer, search_env):
     assert sum(n > 512 for n in lengths) > len(lengths) // 2
 
 
-def _record(metrics, update=2):
+def _record(metrics, update=3):
     from seed_jax.pipeline.rl import UpdateRecord
 
     return UpdateRecord(update, [], {}, {}, {}, metrics)

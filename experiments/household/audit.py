@@ -105,10 +105,11 @@ def _stats(rows: Sequence[Mapping]) -> dict:
 
 def summarize(joined: Sequence[Mapping], num_updates: int, windows: int = 3) -> dict:
     """{'all': {...}, 'w1'..'wK': {...}} each {'consistent': stats, 'inconsistent': stats,
-    'updates': [first, last]}; window k covers updates [k*U/K, (k+1)*U/K)."""
+    'updates': [first, last]}; updates are numbered 1..U (`seed_jax.pipeline.rl`), window k
+    (0-based) covers updates [1 + k*U/K, 1 + (k+1)*U/K)."""
     out = {}
-    bounds = [round(k * num_updates / windows) for k in range(windows + 1)]
-    spans = {"all": (0, max(num_updates, 1))}
+    bounds = [1 + round(k * num_updates / windows) for k in range(windows + 1)]
+    spans = {"all": (1, 1 + max(num_updates, 1))}
     spans.update({f"w{k + 1}": (bounds[k], bounds[k + 1]) for k in range(windows)})
     for name, (lo, hi) in spans.items():
         sel = [r for r in joined if lo <= int(r["update"]) < hi]

@@ -8,7 +8,10 @@ Each split gives ``eval/<tag>_<split>.json`` in the schema `seed_jax.report` rea
 
 and ``eval/<tag>_<split>.trajectories.jsonl`` the episodes themselves (prompts, responses,
 observations, rewards; `seed_jax.rollout.trajectory.read_trajectories`); ``eval/results.md``
-gathers every result file as markdown tables. Skill-Prompt /
+gathers every result file as markdown tables, with the paper's aggregates of each evaluation
+beside them (`seed_jax.pipeline.aggregates`: ALFWorld's macro average over task types and
+success per game per split, Search's equal-weight mean over the QA sets, WebShop's score and
+success over the test goals), also written to metrics.jsonl as ``eval/paper/<name>``. Skill-Prompt /
 Skill-GRPO methods show their bank skills at inference (their definition); all others never do.
 On several hosts each host evaluates its share of the tasks (`seed_jax.pipeline.multihost.host_rollouts`)
 and host 0 writes the files of all of them. The eval stage rolls out in chunks that a preemption
@@ -23,6 +26,7 @@ from collections import defaultdict
 import jax
 import numpy as np
 
+from seed_jax.pipeline.aggregates import format_aggregates, paper_aggregates
 from seed_jax.pipeline.chunked import chunked_rollouts
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import load_policy, make_pool, rollout_settings
@@ -72,6 +76,9 @@ def evaluate_params(run: Run, policy: Policy, tag: str, step: int, bank: SkillBa
                 path.write_text(json.dumps({"stage_or_step": tag, "split": split, "results": res}, indent=1))
             run.metrics.write(step, {f"eval/{split}/success_rate": res["overall"]["success_rate"],
                                      "eval/success_rate": res["overall"]["success_rate"]})
+    agg = paper_aggregates(c.env.name, out)
+    if agg:
+        run.metrics.write(step, agg, prefix="eval/paper")
     if jax.process_index() == 0:
         write_results_md(run)
     return out
@@ -80,8 +87,10 @@ def evaluate_params(run: Run, policy: Policy, tag: str, step: int, bank: SkillBa
 def write_results_md(run: Run) -> None:
     lines = ["# Evaluation", "", "| model | split | success | return | score | n |", "|---|---|---|---|---|---|"]
     types = []
+    by_model: dict[str, dict[str, dict]] = defaultdict(dict)
     for f in sorted((run.workdir / "eval").glob("*.json")):
         d = json.loads(f.read_text())
+        by_model[str(d["stage_or_step"])][d.get("split", "")] = d["results"]
         o = d["results"]["overall"]
         score = f"{o['score']:.3f}" if "score" in o else "-"
         lines.append(f"| {d['stage_or_step']} | {d.get('split', '')} | {o['success_rate']:.3f} | "
@@ -90,6 +99,10 @@ def write_results_md(run: Run) -> None:
             types.append(f"| {d['stage_or_step']} | {d.get('split', '')} | {k} | {v['success_rate']:.3f} | {v['n']} |")
     if types:
         lines += ["", "Per task type:", "", "| model | split | type | success | n |", "|---|---|---|---|---|", *types]
+    for model, results in by_model.items():
+        table = format_aggregates(run.config.env.name, paper_aggregates(run.config.env.name, results))
+        if table:
+            lines += ["", f"The paper's aggregates, model {model} (seed_jax/pipeline/aggregates.py):", "", *table]
     run.path("eval", "results.md").write_text("\n".join(lines) + "\n")
 
 
@@ -99,5 +112,7 @@ def eval_stage(run: Run, mesh) -> dict:
     policy = load_policy(c, src, mesh=mesh)
     bank = SkillBank.for_run(run.workdir, run.bench) if run.switches.prompt_skills else None
     tag = "final" if not c.eval.checkpoint else "checkpoint"
-    res = evaluate_params(run, policy, tag=tag, step=c.rl.num_updates, bank=bank, mesh=mesh, stage="eval")
-    return {split: r["overall"] for split, r in res.items()}
+    res = evaluate_params(run, policy, tag=tag, step=c.rl.num_updates if run.switches.train else 0, bank=bank,
+                          mesh=mesh, stage="eval")
+    agg = paper_aggregates(c.env.name, res)
+    return {**{split: r["overall"] for split, r in res.items()}, **({"paper": agg} if agg else {})}

@@ -29,6 +29,8 @@ METHOD_SWITCHES = {
     "seed_static": MethodSwitches(sft=True, opd=True, skill_source="static", prompt_skills=False, train=True),
     "skill_prompt": MethodSwitches(sft=False, opd=False, skill_source="none", prompt_skills=True, train=False),
     "skill_grpo": MethodSwitches(sft=False, opd=False, skill_source="none", prompt_skills=True, train=True),
+    # the paper's first baseline row: the base model evaluated, nothing trained, no skills
+    "vanilla": MethodSwitches(sft=False, opd=False, skill_source="none", prompt_skills=False, train=False),
     # control: each trajectory gets another trajectory's skill (a wrong hint)
     "seed_shuffled": MethodSwitches(sft=True, opd=True, skill_source="shuffled", prompt_skills=False, train=True),
 }

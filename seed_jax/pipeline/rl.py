@@ -1,6 +1,14 @@
 """Stage 2 (SEED, docs/METHOD.md §3): self-evolving on-policy distillation, one
 update at a time.
 
+Update numbering: updates are counted from 1 everywhere a person reads them: update ``n`` of
+``N`` (``n = u + 1`` for the loop index ``u = 0 .. N-1``) is the log line "RL update n/N", step
+``n`` of metrics.jsonl (x = n on every plot), the ``update`` field of skills.jsonl,
+step_gates.jsonl and rl/transcripts.jsonl, the trajectory ids ``u<n>/...``, and checkpoint
+``rl/ckpt/<n>`` (it holds the parameters after updates 1..n; the learning-rate schedule and the
+seeds below use ``u``, the updates made before). A resumed run first drops the metrics rows of the
+updates it will redo (`forget_redone_updates`), so no update has two rows.
+
 Per update ``u`` (everything seeded by ``(config.seed, u)``, so a resumed run repeats exactly):
 
 1. tasks: a seeded sample of ``rl.tasks_per_update`` training tasks (each host takes its share);
@@ -79,7 +87,7 @@ class UpdateRecord:
     no skill); ``parses``: traj_id -> the analyzer's parse (empty when it wrote none);
     ``gates``: traj_id -> gate summary under theta_old and ``step_gates`` the same per
     step-sample (the skill audit; empty when not taken); ``metrics``: the update's row of
-    metrics.jsonl.
+    metrics.jsonl; ``update``: the update's number, 1-based (module docstring).
     """
 
     update: int
@@ -110,8 +118,19 @@ def rl_start_dir(run: Run):
 
 
 def metrics_writer(run: Run) -> RLCallback:
-    """metrics.jsonl + TensorBoard: one row per update."""
+    """metrics.jsonl + TensorBoard: one row per update, at step = the update's number (1-based)."""
     return lambda rec: run.metrics.write(rec.update, rec.metrics)
+
+
+UPDATE_ROW_KEY = "rollout/success_rate"  # every RL update's row has it; no other row of metrics.jsonl does
+
+
+def forget_redone_updates(metrics, done: int) -> int:
+    """Before a resumed RL stage redoes updates ``done + 1 ..``: drop their rows that an earlier
+    launch wrote to metrics.jsonl after its last checkpoint (`seed_jax.metrics.MetricsWriter.drop`),
+    and the rows of the in-training evaluations made after it, so that each update has one row.
+    Other rows (stage 1, SFT, earlier evaluations, events) stay. Returns the rows dropped."""
+    return metrics.drop(lambda r: r["step"] > done and (UPDATE_ROW_KEY in r or any(k.startswith("eval/") for k in r)))
 
 
 def skill_log_writer(run: Run) -> RLCallback:
@@ -137,7 +156,7 @@ def update_log_line(rec: UpdateRecord, total: int, eta_s: float | None) -> str:
     A figure the update did not produce (no OPD for GRPO, no KL when ``c_kl = 0``) is left out.
     """
     m = rec.metrics
-    parts = [f"RL update {rec.update + 1}/{total}:"]
+    parts = [f"RL update {rec.update}/{total}:"]
     parts += [f"{name} {m[key]:.2f}" for name, key in (
         ("success", "rollout/success_rate"), ("return", "rollout/return"), ("invalid", "rollout/invalid_rate"))
         if key in m]
@@ -248,12 +267,16 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     policy = policy.with_params(None)
     ckpt = Checkpointer(run.workdir / "rl" / "ckpt", max_to_keep=c.rl.keep_checkpoints,
                         save_concurrent_gb=1 if residency.lean else None)
-    start = 0
+    start = 0  # updates made (the loop index of the next one)
     restored = ckpt.restore_latest(state)
     if restored is not None:
         state, host, step = restored
-        start = int(host["update"]) + 1
-        log.info("RL: resumed from checkpoint %d (next update %d)", step, start)
+        # "updates_done": checkpoint n after update n; older checkpoints held the 0-based index in "update"
+        start = int(host["updates_done"]) if "updates_done" in host else int(host["update"]) + 1
+        log.info("RL: resumed from checkpoint %d (next update %d)", step, start + 1)
+    dropped = forget_redone_updates(run.metrics, start)
+    if dropped:
+        log.info("RL: dropped %d metrics rows of updates after %d (redone from the checkpoint)", dropped, start)
     train_step = make_train_step(cfg, tc, mesh)
 
     def compile_apart(state, mini_batch):
@@ -271,26 +294,27 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     first, last = {}, {}
     with make_pool(c, run.bench) as pool:
         for u in range(start, c.rl.num_updates):
-            beat("rl", "update start", update=u)
+            n = u + 1  # the update's number (module docstring); u: the updates made before it
+            beat("rl", "update start", update=n)
             timer = Timer()
             tasks = update_tasks(run, u)
             old = policy.with_params(state.params, version=u)  # theta_old, sharded as the state holds it
             with old.sampling(settings.sampler):  # one sampler copy for the rollouts and the skills
                 with timer("rollout"):
-                    run.phases("rl_rollout", cfg, mesh, update=u)
+                    run.phases("rl_rollout", cfg, mesh, update=n)
                     trajs = host_rollouts(pool, old, tasks, settings, gather=False, seed=c.seed * 1_000_003 + u * 1000,
-                                          tag=f"u{u}/", task_skills=[bank.lookup(t) for t in tasks]
+                                          tag=f"u{n}/", task_skills=[bank.lookup(t) for t in tasks]
                                           if run.switches.prompt_skills else None)
                 with timer("analysis"):
                     analysis = None
                     if analyzer is not None:
-                        run.phases("rl_analysis", cfg, mesh, update=u)
+                        run.phases("rl_analysis", cfg, mesh, update=n)
                         analysis = analyzer(trajs, dataclasses.replace(ctx, policy=old, update=u))
                     skills = analysis.skills if analysis is not None else {}
             release_free_memory()  # the sampler copy is gone: its memory is free for the passes and the step
             with timer("batch"):
                 ref = ref_params if residency.reference != "reread" else reference()
-                run.phases("rl_logprobs", cfg, mesh, update=u)
+                run.phases("rl_logprobs", cfg, mesh, update=n)
                 ub = build_update_batch(
                     trajs, skills, batch_settings, encode_prompt=old.encode_prompt, pad_id=old.pad_id,
                     model_cfg=cfg, train_cfg=tc, old_params=old.params, ref_params=ref,
@@ -299,7 +323,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
                 del ref
             release_free_memory()  # the scoring passes' buffers (and a reference read for them)
             with timer("train"):
-                run.phases("rl_train", cfg, mesh, update=u)
+                run.phases("rl_train", cfg, mesh, update=n)
                 state = at_schedule_pos(state, u)  # the learning-rate schedule counts updates
                 del old  # theta_old's buffers are the state's: the donating step reuses them
                 state, metrics = ppo_epochs(state, ub.batch, train_step, mini_batch_size=c.rl.mini_batch_size,
@@ -310,25 +334,25 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
             out = update_metrics(trajs, analysis, metrics, timer)
             if ub.teacher_cut_share is not None:
                 out["batch/teacher_prompt_cut_share"] = ub.teacher_cut_share
-            record = UpdateRecord(u, trajs, skills, analysis.parses if analysis else {}, ub.traj_gates, out,
+            record = UpdateRecord(n, trajs, skills, analysis.parses if analysis else {}, ub.traj_gates, out,
                                   ub.step_gates)
             for callback in callbacks:
                 callback(record)
-            if (u + 1) % c.rl.checkpoint_every == 0 or u + 1 == c.rl.num_updates:
+            if n % c.rl.checkpoint_every == 0 or n == c.rl.num_updates:
                 if residency.lean:
                     release_free_memory()  # the save copies the state: onto a trimmed heap
-                ckpt.save(u, state, {"update": u})
+                ckpt.save(n, state, {"update": n, "updates_done": n})
                 if residency.lean:
                     ckpt.wait()  # the write's host copy of the state is gone before the next rollouts
                     release_free_memory()
-            if preemption_requested(u):  # SIGTERM on any host: every host saves this update and stops
-                if ckpt.latest_step() != u:
-                    ckpt.save(u, state, {"update": u})
+            if preemption_requested(n):  # SIGTERM on any host: every host saves this update and stops
+                if ckpt.latest_step() != n:
+                    ckpt.save(n, state, {"update": n, "updates_done": n})
                 ckpt.wait()
-                raise Preempted(u)
-            if c.rl.eval_every and (u + 1) % c.rl.eval_every == 0 and u + 1 < c.rl.num_updates:
-                evaluate_params(run, policy.with_params(state.params, version=u + 1), tag=f"rl_{u + 1:06d}",
-                                step=u + 1, bank=bank)
+                raise Preempted(n)
+            if c.rl.eval_every and n % c.rl.eval_every == 0 and n < c.rl.num_updates:
+                evaluate_params(run, policy.with_params(state.params, version=n), tag=f"rl_{n:06d}",
+                                step=n, bank=bank)
             bar.update(1, success=f"{out['rollout/success_rate']:.2f}", loss=f"{metrics.get('loss', float('nan')):.3f}")
             log.info("%s", update_log_line(record, c.rl.num_updates, bar.eta_seconds()))
             first = first or out

@@ -3,12 +3,14 @@
 Layout of ``workdir``::
 
     config.json                 the resolved config (compared on every relaunch: `check_relaunch`)
+    config.history.jsonl        one line per relaunch that changed config.json (`record_config_change`):
+                                the config replaced, the keys changed (old -> new), at which update
     stages/<stage>.json         written when a stage finishes (its summary); finished stages are skipped
                                 (`stage_plan`), a stage that runs again drops the later stages' markers
     stage1/trajectories.jsonl   base-policy rollouts        (collect)
     stage1/sft.jsonl            accepted skill records       (annotate); stage1/sft_heldout.jsonl
     sft/model/                  HF directory of the SFT policy (sft)
-    rl/ckpt/<update>/           orbax checkpoints of the RL train state (rl)
+    rl/ckpt/<n>/                orbax checkpoints of the RL train state after update n (1-based, rl)
     rl/final_model/             HF directory of the final policy
     eval/*.json, eval/results.md  evaluation results (eval)
     parts/<stage>/*.jsonl       the finished chunks of an unfinished collect / eval (`seed_jax.pipeline.chunked`),
@@ -29,12 +31,14 @@ import dataclasses
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import jax
 from etils import epath
 
+from seed_jax.jsonl import append_jsonl, read_jsonl
 from seed_jax.metrics import MetricsWriter, SkillLog, WandbSettings
 from seed_jax.paths import run_path, write_text_atomic
 from seed_jax.pipeline.environments import make_benchmark
@@ -221,7 +225,56 @@ def check_relaunch(config, workdir, force: bool = False) -> Relaunch:
     return Relaunch(old, changed, bool(refused))
 
 
-def _show(flat: dict, key: str) -> str:
+CONFIG_HISTORY = "config.history.jsonl"
+
+
+def updates_done(workdir) -> int:
+    """RL updates a run directory holds: the finished rl stage's ``num_updates``, else the newest RL
+    checkpoint (``rl/ckpt/<n>``: checkpoint n holds updates 1..n), else 0."""
+    marker = stage_marker(workdir, "rl")
+    if marker and "num_updates" in marker:
+        return int(marker["num_updates"])
+    ckpt = run_path(workdir) / "rl" / "ckpt"
+    steps = [int(p.name) for p in ckpt.iterdir() if p.name.isdigit()] if ckpt.exists() else []
+    return max(steps) if steps else 0
+
+
+def config_change_line(relaunch: Relaunch, config, at_update: int) -> str:
+    """``config changed: train.lr 0.0001 -> 0.0003; rl.epochs 1 -> 2 at update 3`` (``at_update``:
+    the first update run under the new config)."""
+    new = flat_config(config)
+    parts = [f"{k} {_show(relaunch.old or {}, k, bare=True)} -> {_show(new, k, bare=True)}" for k in relaunch.changed]
+    return f"config changed{' (--force)' if relaunch.forced else ''}: {'; '.join(parts)} at update {at_update}"
+
+
+def record_config_change(relaunch: Relaunch, config, workdir) -> tuple[int, str] | None:
+    """Before config.json is overwritten by a relaunch whose config differs: append the replaced
+    config, the changed keys and the update from which the new config holds to
+    ``config.history.jsonl`` (host 0; history is never rewritten, only appended to) and return
+    ``(update, event line)`` (`config_change_line`); None when nothing changed."""
+    if relaunch.old is None or not relaunch.changed:
+        return None
+    new = flat_config(config)
+    at = updates_done(workdir) + 1
+    line = config_change_line(relaunch, config, at)
+    if jax.process_index() == 0:
+        missing = "(absent)"
+        append_jsonl(run_path(workdir) / CONFIG_HISTORY, [{
+            "time": time.time(), "at_update": at, "forced": relaunch.forced, "event": line,
+            "changed": {k: [relaunch.old.get(k, missing), new.get(k, missing)] for k in relaunch.changed},
+            "replaced_config": relaunch.old}])
+    return at, line
+
+
+def read_config_history(workdir) -> list[dict]:
+    """The records of ``config.history.jsonl`` (oldest first; [] when the config never changed)."""
+    f = run_path(workdir) / CONFIG_HISTORY
+    return read_jsonl(f) if f.exists() else []
+
+
+def _show(flat: dict, key: str, bare: bool = False) -> str:
+    if bare and key in flat:
+        return str(flat[key])
     return repr(flat[key]) if key in flat else "(absent)"
 
 

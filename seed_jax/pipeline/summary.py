@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from seed_jax.paths import run_path
+from seed_jax.pipeline.run import read_config_history
 from seed_jax.procmem import peak_rss_mb
 
 # what each stage does, and where its files are (relative to the run directory)
@@ -67,8 +68,25 @@ def stage_sentence(stage: str, s: Mapping, config) -> str:
                 valid = f", valid actions {_pct(1 - o['invalid_rate'])}" if "invalid_rate" in o else ""
                 valid += _cut(o.get("prompt_cut_rate"))
                 parts.append(f"{split}: success {o['success_rate']:.2f} over {o.get('n', '?')} tasks{valid}")
-        return f"evaluated the final policy without skills (T={c.eval.temperature}): " + "; ".join(parts)
+        paper = paper_sentence(c.env.name, s.get("paper") or {})
+        what = "the base model (nothing trained)" if c.method == "vanilla" else "the final policy"
+        return f"evaluated {what} without skills (T={c.eval.temperature}): " + "; ".join(parts) + paper
     return ", ".join(f"{k} {v}" for k, v in s.items())
+
+
+def paper_sentence(env: str, agg: Mapping) -> str:
+    """The paper's aggregates (`seed_jax.pipeline.aggregates`) in words, '' without any."""
+    if env == "alfworld":
+        parts = [f"{split} {100 * agg[f'{split}/success_macro_types']:.1f} (per game "
+                 f"{100 * agg[f'{split}/success_per_game']:.1f})" for split in sorted({k.split('/')[0] for k in agg})
+                 if f"{split}/success_macro_types" in agg and f"{split}/success_per_game" in agg]
+        return f"; the paper's figure, success macro-averaged over task types: {', '.join(parts)}" if parts else ""
+    if env == "search" and "qa_mean" in agg:
+        return f"; the paper's figure, the equal-weight mean over {int(agg['qa_sets'])} QA sets: {100 * agg['qa_mean']:.1f}"
+    if env == "webshop" and "score" in agg:
+        return (f"; the paper's figures over {int(agg.get('goals', 0))} test goals: score {100 * agg['score']:.1f}, "
+                f"success {100 * agg.get('success', 0.0):.1f}")
+    return ""
 
 
 def real_run_hint(config) -> str:
@@ -99,6 +117,8 @@ def describe_run(config, stages: Mapping[str, Mapping], workdir, preset: str | N
     lines.append("")
     lines.append(f"Wall time of the stages run or reused: {total / 60:.1f} min; peak resident memory "
                  f"{(max(peaks) if peaks else peak_rss_mb()) / 1024:.2f} GB.")
+    for rec in read_config_history(workdir):
+        lines.append(f"{rec.get('event', 'config changed')} (the replaced config: config.history.jsonl).")
     lines.append(f"Curves and a report: seed-jax report {workdir}")
     lines.append(real_run_hint(config))
     return "\n".join(lines)

@@ -15,10 +15,10 @@ from seed_jax.metrics import WANDB_MODES
 from seed_jax.models.config import ATTENTION_IMPLS, REMAT_POLICIES
 from seed_jax.paths import is_remote, run_path
 from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
-from seed_jax.pipeline.annotator import REASONING_SWITCH
+from seed_jax.pipeline.annotator import REASONING_SWITCH, AnnotatorError, OpenAIChat
 from seed_jax.pipeline.auto_sizes import AUTO, micro_batch_candidates
 from seed_jax.pipeline.environments import missing_data
-from seed_jax.pipeline.methods import METHODS
+from seed_jax.pipeline.methods import METHODS, needs_skill_bank
 from seed_jax.pipeline.ppo import host_split_error
 from seed_jax.pipeline.runtime import train_config
 from seed_jax.sampling import BACKENDS
@@ -100,10 +100,6 @@ def validate(config, hosts: int = 1) -> None:
         bad("stage1.analyzer", "must be self | openai | scripted | heuristic")
     if config.analysis.analyzer not in RL_ONLINE_ANALYZERS:
         bad("analysis.analyzer", "must be self | heuristic")
-    if config.stage1.analyzer == "openai" and not (config.stage1.openai_base_url or os.environ.get("OPENAI_BASE_URL")):
-        bad("stage1.openai_base_url", "the openai analyzer needs stage1.openai_base_url or $OPENAI_BASE_URL")
-    if config.stage1.analyzer == "openai" and not config.stage1.openai_model:
-        bad("stage1.openai_model", "the openai analyzer needs stage1.openai_model")
     if config.stage1.openai_reasoning not in REASONING_SWITCH:
         bad("stage1.openai_reasoning", f"must be one of {' | '.join(REASONING_SWITCH)}")
     if config.model.dtype not in ("float32", "bfloat16") or config.model.param_dtype not in ("float32", "bfloat16"):
@@ -184,8 +180,9 @@ def check_inputs(config, preset: str | None = None) -> None:
     """Raise `ConfigValueError` for a missing input: ``model.path`` under the ``paper`` preset (the
     embedded 135M model is no paper run), or a file or directory the config names that does not exist
     (`PATH_KEYS` and every ``env.datasets`` entry), or a data file the benchmark needs
-    (`seed_jax.pipeline.environments.missing_data`: the search paper preset's Search-R1 files). Reads
-    nothing but the file system."""
+    (`seed_jax.pipeline.environments.missing_data`: the search paper preset's Search-R1 files), or the
+    endpoint of the ``openai`` stage-1 annotator (`check_annotator_keys`). Reads nothing but the
+    file system and the environment."""
     if preset == "paper" and not config.model.path:
         raise ConfigValueError("config.model.path: the paper preset needs a local Hugging Face model directory, "
                                "e.g. --config.model.path=/models/Qwen2.5-3B-Instruct (got None)")
@@ -200,6 +197,7 @@ def check_inputs(config, preset: str | None = None) -> None:
     missing = missing_data(config.env)
     if missing:
         raise ConfigValueError(f"config.env.data_dir: {missing}")
+    check_annotator_keys(config)
 
 
 def check_retriever(url: str, timeout: float = 5.0) -> None:
@@ -226,6 +224,43 @@ def check_retriever(url: str, timeout: float = 5.0) -> None:
             f"config.env.retriever_url: no working retriever at {retrieve} ({reason}); start one with "
             f"`python -m seed_jax.envs.search.server --port {urllib.parse.urlsplit(retrieve).port or 8000}` "
             "(BM25 over the vendored corpus, --corpus FILE for yours) or use --config.env.retriever=bm25") from None
+
+
+def check_annotator_keys(config) -> None:
+    """Raise `ConfigValueError` naming the keys when ``stage1.analyzer = openai`` (the ``paper``
+    presets' annotator, `configs.base.PAPER_ANNOTATOR`) has no endpoint: ``stage1.openai_base_url``
+    (or ``$OPENAI_BASE_URL``) and ``stage1.openai_model``."""
+    s = config.stage1
+    if s.analyzer != "openai" or not needs_skill_bank(config):  # no stage 1 (grpo, vanilla): no annotator
+        return
+    missing = [k for k, ok in (("stage1.openai_base_url", s.openai_base_url or os.environ.get("OPENAI_BASE_URL")),
+                               ("stage1.openai_model", s.openai_model)) if not ok]
+    if missing:
+        raise ConfigValueError(
+            f"config.{' and config.'.join(missing)}: stage1.analyzer = openai (the paper's external annotator) needs "
+            "an OpenAI-compatible endpoint: --config.stage1.openai_base_url=URL (or $OPENAI_BASE_URL) and "
+            "--config.stage1.openai_model=NAME (key: $OPENAI_API_KEY or stage1.openai_api_key_env), or "
+            "--config.stage1.analyzer=self (the base model annotates itself: a deviation from the paper)")
+
+
+def check_annotator(config, timeout: float = 10.0) -> None:
+    """Raise `ConfigValueError` unless the stage-1 OpenAI-compatible endpoint answers one real
+    chat request (``stage1.analyzer = openai``; a no-op otherwise): one ``POST
+    {base_url}/chat/completions`` of a one-word prompt with the run's model and key, no retries,
+    so a dead endpoint, a wrong key or an unknown model stops the run before collection, not
+    after it."""
+    s = config.stage1
+    if s.analyzer != "openai" or not needs_skill_bank(config):
+        return
+    chat = OpenAIChat(s.openai_base_url, s.openai_model, s.openai_api_key_env, timeout=timeout, max_retries=0,
+                      max_tokens=16, reasoning=s.openai_reasoning)
+    try:
+        chat([{"role": "user", "content": "Reply with the word OK."}])
+    except AnnotatorError as e:
+        why = " ".join(str(e).split())
+        raise ConfigValueError(
+            f"config.stage1.openai_base_url: the annotator endpoint failed a test request ({why}); start it or "
+            "fix stage1.openai_base_url / stage1.openai_model / the key, or --config.stage1.analyzer=self") from None
 
 
 def _get_or(config, dotted: str, default=None):
