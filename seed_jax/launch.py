@@ -50,6 +50,7 @@ from ml_collections import config_flags
 from seed_jax.paths import run_path
 from seed_jax.pipeline import evaluate, rl, stage1
 from seed_jax.pipeline.auto_sizes import resolve_without_plan
+from seed_jax.pipeline.environments import describe_data
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.multihost import barrier
 from seed_jax.pipeline.run import (  # noqa: F401  (default_workdir, WORKDIR_NAME_NEUTRAL: the launch's names too)
@@ -111,6 +112,9 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         config.stages = stages
     validate(config)
     check_inputs(config, preset)
+    data = describe_data(config.env)
+    if data:  # the WebShop generated catalog is named as such here, in the summary and the report
+        log.info("data: %s", data)
     workdir = run_path(workdir)  # a gs:// workdir keeps its scheme
     relaunch = check_relaunch(config, workdir, force)
     stage_list = stage_plan(config, workdir, relaunch.old)
@@ -119,6 +123,8 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         check_retriever(config.env.retriever_url)
     if dry_run:
         print(config)
+        if data:
+            print(f"data: {data}")
         print(f"run directory: {workdir}" + ("" if relaunch.old else " (new)"))
         if relaunch.changed:
             print(f"changed since config.json ({'forced' if relaunch.forced else 'allowed'}): "
