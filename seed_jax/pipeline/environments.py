@@ -177,14 +177,19 @@ def missing_alfworld_data(env_cfg) -> str | None:
 
 
 def _alfworld(env_cfg) -> Benchmark:
+    """Loading a split raises `missing_alfworld_data`'s line when the games are not there (the
+    benchmark itself can be built without them: its spec and splits)."""
     path, _ = alfworld_data(env_cfg)
-    missing = missing_alfworld_data(env_cfg)
-    if missing:
-        raise ValueError(f"alfworld: {missing}")
-    data_dir = str(path)
+    data_dir = None if path is None else str(path)
     factory = EnvFactory(make_alfworld_env, data_dir=data_dir, seed_kwarg=None)
-    return Benchmark("alfworld", ALFWORLD_SPEC, ("</action>",), factory,
-                     lambda split: list_games(data_dir, split), "train", ("valid_seen", "valid_unseen"))
+
+    def load(split: str) -> list[dict]:
+        missing = missing_alfworld_data(env_cfg)
+        if missing:
+            raise ValueError(f"alfworld: {missing}")
+        return list_games(data_dir, split)
+
+    return Benchmark("alfworld", ALFWORLD_SPEC, ("</action>",), factory, load, "train", ("valid_seen", "valid_unseen"))
 
 
 def webshop_data(env_cfg) -> tuple[WebShopData | None, str | None]:
@@ -195,13 +200,18 @@ def webshop_data(env_cfg) -> tuple[WebShopData | None, str | None]:
 
 
 def _webshop(env_cfg) -> Benchmark:
+    """Loading a split raises `webshop_data`'s line when the files are missing (the benchmark
+    itself can be built without them: its spec and splits)."""
     data, missing = webshop_data(env_cfg)
-    if data is None:
-        raise ValueError(f"webshop: {missing}")
-    kw = data.env_kwargs()
+    kw = data.env_kwargs() if data is not None else {}
     factory = EnvFactory(make_webshop_env, seed_kwarg=None, **kw)
-    return Benchmark("webshop", WEBSHOP_SPEC, ("</action>",), factory,
-                     lambda split: load_goals(split=split, **kw), "train", ("test",))
+
+    def load(split: str) -> list[dict]:
+        if data is None:
+            raise ValueError(f"webshop: {missing}")
+        return load_goals(split=split, **kw)
+
+    return Benchmark("webshop", WEBSHOP_SPEC, ("</action>",), factory, load, "train", ("test",))
 
 
 def _household(env_cfg) -> Benchmark:
