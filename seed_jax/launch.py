@@ -259,8 +259,14 @@ def _override_key(name: str) -> str:
     return name
 
 
+HELP_FLAGS = ("-h", "-?", "--help", "-help", "--helpshort", "--helpfull", "--helpxml")
+
+
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing, with a command-line error as one line on stderr and exit 2."""
+    """absl's flag parsing, with a command-line error as one line on stderr and exit 2; a help flag
+    prints the usage on stdout and exits 0 (absl's own help exits 1)."""
+    if any(a in HELP_FLAGS for a in argv[1:]):
+        app.usage(shorthelp="--helpfull" not in argv[1:], writeto_stdout=True, exitcode=0)
     try:
         return flags.FLAGS(argv)
     except (flags.Error, AttributeError, KeyError) as e:
