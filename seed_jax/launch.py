@@ -112,9 +112,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         config.stages = stages
     validate(config)
     check_inputs(config, preset)
-    data = describe_data(config.env)
-    if data:  # the WebShop generated catalog is named as such here, in the summary and the report
-        log.info("data: %s", data)
+    data = describe_data(config.env)  # the WebShop generated catalog is named as such (summary, report too)
     workdir = run_path(workdir)  # a gs:// workdir keeps its scheme
     relaunch = check_relaunch(config, workdir, force)
     stage_list = stage_plan(config, workdir, relaunch.old)
@@ -142,6 +140,8 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     watch_caller(config.run.stall_timeout_s)  # a stall of this host ends it (exit 3) while run_pipeline runs
     validate(config, hosts=jax.process_count())  # the host count is known once distributed is up
     check_mesh(config, jax.device_count(), jax.process_count(), interconnect_devices(jax.devices(), jax.process_count()))
+    if data:  # after the last check: a refused launch prints one line
+        log.info("data: %s", data)
 
     run = Run(config, workdir)
     write_config(config, workdir)

@@ -1,7 +1,7 @@
 """Preflight: the inputs a run reads, checked from the file system before any model loads.
 
 Each check returns None or one line naming the config key and what is wrong; `preflight_problems`
-runs them all (`seed_jax.pipeline.validate.check_inputs` raises the first as a `ConfigValueError`,
+runs them all (data, model, URLs) (`seed_jax.pipeline.validate.check_inputs` raises the first as a `ConfigValueError`,
 which the launcher prints as one line and exits 2):
 
 - ``model.path``: a Hugging Face directory needs ``config.json``, weights (``*.safetensors``,
@@ -96,8 +96,6 @@ def check_urls(config) -> str | None:
     """The URL-valued keys that a run will use, checked for form (no request)."""
     for key in URL_KEYS:
         url = _get(config, key)
-        if key == "env.retriever_url" and _get(config, "env.retriever") != "http" and not url:
-            continue
         if key == "env.retriever_url" and _get(config, "env.retriever") == "http" and not url:
             return "config.env.retriever_url: env.retriever=http needs a URL, e.g. http://127.0.0.1:8000/retrieve"
         if url:
@@ -119,4 +117,4 @@ def check_data(config, preset: str | None = None) -> str | None:
 
 def preflight_problems(config, preset: str | None = None) -> list[str]:
     """Every problem the checks above find, one line each (empty: the run may start)."""
-    return [p for p in (check_model(config), check_urls(config), check_data(config, preset)) if p]
+    return [p for p in (check_data(config, preset), check_model(config), check_urls(config)) if p]
