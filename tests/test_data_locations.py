@@ -88,6 +88,22 @@ def test_alfworld_data_dir_then_env_var_then_subset(no_data_env, monkeypatch):
     assert find_data_dir(None, vendored=False)[0] is None
 
 
+def test_alfworld_packages_own_default_is_not_a_user_setting(no_data_env, monkeypatch):
+    """`import alfworld` (the engine, in the middle of a run) sets $ALFWORLD_DATA to its own empty
+    ~/.cache/alfworld; the tiny pipeline's eval then found no games there (seen in
+    tests/test_pipeline.py before this was handled)."""
+    from envs.alfworld import games
+
+    fake_default = no_data_env / "alfworld_default"
+    fake_default.mkdir()
+    monkeypatch.setattr(games, "ALFWORLD_PACKAGE_DEFAULT", fake_default)
+    monkeypatch.setenv("ALFWORLD_DATA", str(fake_default))
+    path, where = find_data_dir(None, vendored=True)
+    assert "vendored" in where and len(list_games(path, "train")) == 18
+    (fake_default / "json_2.1.1").mkdir()  # a user who put games there: read them
+    assert find_data_dir(None, vendored=True) == (fake_default, "$ALFWORLD_DATA")
+
+
 @pytest.mark.parametrize("preset", ["tiny", "local"])
 def test_alfworld_small_presets_run_on_the_vendored_subset(no_data_env, preset):
     """Old code: the tasks came from <repo>/../shared/data/alfworld (absent beside a plain clone)."""

@@ -35,6 +35,8 @@ VENDORED_ARCHIVE = Path(__file__).resolve().parent / "data" / f"alfworld_{JSON_D
 # games per split in the official ALFWorld release (what `alfworld-download` unpacks); the paper
 # preset needs at least these many (the vendored subset has 18 per split)
 FULL_COUNTS = {"train": 3553, "valid_seen": 140, "valid_unseen": 134}
+# importing the `alfworld` package sets $ALFWORLD_DATA to this (created, empty) folder when unset
+ALFWORLD_PACKAGE_DEFAULT = Path("~/.cache/alfworld").expanduser()
 
 # Directory-name prefix (ALFRED task type) -> short task type used for per-type success.
 TASK_TYPES: dict[str, str] = {
@@ -220,11 +222,15 @@ def find_data_dir(data_dir: str | os.PathLike | None = None, vendored: bool = Tr
                   environ: dict | None = None) -> tuple[Path | None, str]:
     """``(directory, where it came from)``: `data_dir` ('env.data_dir'), else ``$ALFWORLD_DATA``,
     else (``vendored``) the vendored subset; ``(None, why)`` when none applies. A directory named
-    but absent is returned as is (the caller reports it)."""
+    but absent is returned as is (the caller reports it). ``$ALFWORLD_DATA`` naming alfworld's
+    default folder without games counts as unset: ``import alfworld`` (the engine) sets it so."""
     env = os.environ if environ is None else environ
     if data_dir:
         return Path(data_dir).expanduser(), "env.data_dir"
-    if env.get(DATA_ENV_VAR):
+    value = env.get(DATA_ENV_VAR)
+    if value and Path(value).expanduser() == ALFWORLD_PACKAGE_DEFAULT and not (ALFWORLD_PACKAGE_DEFAULT / JSON_DIR).is_dir():
+        value = None  # set by `import alfworld` in this process (the engine), not by the user
+    if value:
         return Path(env[DATA_ENV_VAR]).expanduser(), f"${DATA_ENV_VAR}"
     if vendored:
         return vendored_data_dir(), f"the vendored subset ({VENDORED_ARCHIVE.name}, 18 games per split)"

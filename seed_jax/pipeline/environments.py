@@ -152,11 +152,12 @@ def alfworld_data(env_cfg):
     return find_data_dir(env_cfg.get("data_dir") or None, bool(env_cfg.get("vendored_data", True)))
 
 
-def missing_alfworld_data(env_cfg) -> str | None:
+def missing_alfworld_data(env_cfg, found=None) -> str | None:
     """None when the ALFWorld games are there; else one line naming the directory and the layout.
     ``env.vendored_data`` False (the paper preset) also needs the full release's game counts
-    (`envs.alfworld.games.FULL_COUNTS`), not a subset."""
-    path, where = alfworld_data(env_cfg)
+    (`envs.alfworld.games.FULL_COUNTS`), not a subset. ``found``: `alfworld_data`'s answer, when
+    the caller has it."""
+    path, where = found or alfworld_data(env_cfg)
     if path is None:
         return (f"no ALFWorld data: {where} and env.vendored_data is False (the paper preset needs the full "
                 f"game set: `alfworld-download`, then set $ALFWORLD_DATA or env.data_dir); {ALFWORLD_LAYOUT}")
@@ -179,12 +180,12 @@ def missing_alfworld_data(env_cfg) -> str | None:
 def _alfworld(env_cfg) -> Benchmark:
     """Loading a split raises `missing_alfworld_data`'s line when the games are not there (the
     benchmark itself can be built without them: its spec and splits)."""
-    path, _ = alfworld_data(env_cfg)
-    data_dir = None if path is None else str(path)
+    found = alfworld_data(env_cfg)  # resolved once: `import alfworld` later sets $ALFWORLD_DATA
+    data_dir = None if found[0] is None else str(found[0])
     factory = EnvFactory(make_alfworld_env, data_dir=data_dir, seed_kwarg=None)
 
     def load(split: str) -> list[dict]:
-        missing = missing_alfworld_data(env_cfg)
+        missing = missing_alfworld_data(env_cfg, found)
         if missing:
             raise ValueError(f"alfworld: {missing}")
         return list_games(data_dir, split)
