@@ -1,7 +1,9 @@
 """ALFWorld (docs/METHOD.md §5): `python -m seed_jax.launch --config=configs/alfworld.py[:preset]`.
 
 The ``paper`` preset is `base_config` as it stands: 30 steps, 2048 prompt tokens, 16 tasks per
-update, mini-batches of 256 step-samples.
+update, mini-batches of 256 step-samples, on the full ALFWorld release (``$ALFWORLD_DATA`` or
+``env.data_dir``, envs/alfworld/README.md). ``local`` and ``tiny`` run on the subset vendored in
+envs/alfworld/data (18 games per split) when neither names a directory.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from seed_jax.configs.base import base_config, with_preset
 def get_config(preset: str = "local"):
     c = base_config()
     c.env.name = "alfworld"
-    c.env.data_dir = ""  # '' = $ALFWORLD_DATA or ../shared/data/alfworld
+    c.env.data_dir = ""  # '' = $ALFWORLD_DATA (<dir>/json_2.1.1/<split>/<task>/<trial>/game.tw-pddl)
+    c.env.vendored_data = True  # neither set: the vendored subset (3 games per task type and split)
     return with_preset(
         c, preset,
         local=dict(stage1_tasks=6, max_steps=6, prompt_tokens=768, analysis_prompt_tokens=1024, eval_tasks=6),
@@ -20,4 +23,5 @@ def get_config(preset: str = "local"):
         # 24,576-token analyzer prompts, as many per self-analysis call as the plan finds room for
         # (-1 from the paper settings; each host samples on its own devices: 8 on a 4-chip v5e host,
         # 2 rows per chip, 32 needed 25.7 GB; README plans)
-        paper={"analysis.max_prompt_tokens": 24576})
+        # the full release is required (3553 / 140 / 134 games), never the vendored subset
+        paper={"analysis.max_prompt_tokens": 24576, "env.vendored_data": False})

@@ -1,7 +1,11 @@
 """WebShop (docs/METHOD.md §5): `python -m seed_jax.launch --config=configs/webshop.py[:preset]`.
 
-Without the official catalog (``env.catalog_path``) the environment runs on a catalog
-generated in the official schema from the real ``items_ins_v2_1000.json``.
+Data (envs/webshop/README.md): the official files in ``env.data_dir`` or ``$SEED_WEBSHOP_DATA``
+(``items_shuffle_1000.json`` or ``items_shuffle.json``, ``items_ins_v2*.json``,
+``items_human_ins.json``), or single files in ``env.catalog_path`` / ``env.goals_path``. The
+``paper`` preset requires them and the human goals; ``local`` and ``tiny`` without them run on a
+catalog GENERATED in the official schema from the vendored ``items_ins_v2_1000.json`` (named as
+generated in the run's log, summary and report).
 """
 
 from __future__ import annotations
@@ -12,8 +16,11 @@ from seed_jax.configs.base import base_config, with_preset
 def get_config(preset: str = "local"):
     c = base_config()
     c.env.name = "webshop"
-    c.env.catalog_path = ""
-    c.env.goals_path = ""
+    c.env.data_dir = ""  # '' = $SEED_WEBSHOP_DATA: the official files (envs/webshop/data.py)
+    c.env.catalog_path = ""  # items_shuffle file; '' = in data_dir, else the generated catalog
+    c.env.goals_path = ""  # items_ins_v2 file; '' = in data_dir, else the vendored copy
+    c.env.human_goals = False  # goals from items_human_ins.json (the paper's) instead of the synthetic ones
+    c.env.vendored_data = True  # the generated catalog / vendored attributes may stand in
     c.rollout.max_steps = 15
     c.rollout.max_prompt_tokens = 4096
     c.rollout.max_teacher_prompt_tokens = 4608
@@ -22,4 +29,6 @@ def get_config(preset: str = "local"):
         c, preset,
         local=dict(stage1_tasks=6, max_steps=5, prompt_tokens=768, analysis_prompt_tokens=1024, eval_tasks=6),
         # x_tau of a 15-step episode with product pages (Qwen2.5: 32k context, 4k new tokens)
-        paper={"eval.num_tasks": 128, "analysis.max_prompt_tokens": 24576})  # as ALFWorld's
+        # the official files and human goals are required, never the generated catalog
+        paper={"eval.num_tasks": 128, "analysis.max_prompt_tokens": 24576,  # as ALFWorld's
+               "env.vendored_data": False, "env.human_goals": True})

@@ -56,6 +56,7 @@ from seed_jax.config_names import ConfigNameError, resolve_config_args
 from seed_jax.paths import run_path
 from seed_jax.pipeline import evaluate, rl, stage1
 from seed_jax.pipeline.auto_sizes import resolve_without_plan
+from seed_jax.pipeline.environments import describe_data
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.multihost import barrier
 from seed_jax.pipeline.run import (  # noqa: F401  (default_workdir, WORKDIR_NAME_NEUTRAL: the launch's names too)
@@ -124,6 +125,7 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         config.stages = stages
     validate(config)
     check_inputs(config, preset)
+    data = describe_data(config.env)  # the WebShop generated catalog is named as such (summary, report too)
     workdir = run_path(workdir)  # a gs:// workdir keeps its scheme
     relaunch = check_relaunch(config, workdir, force)
     stage_list = stage_plan(config, workdir, relaunch.old)
@@ -134,6 +136,8 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
         check_annotator(config)
     if dry_run:
         print(config)
+        if data:
+            print(f"data: {data}")
         print(f"run directory: {workdir}" + ("" if relaunch.old else " (new)"))
         if relaunch.changed:
             print(f"changed since config.json ({'forced' if relaunch.forced else 'allowed'}): "
@@ -151,6 +155,8 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
     watch_caller(config.run.stall_timeout_s)  # a stall of this host ends it (exit 3) while run_pipeline runs
     validate(config, hosts=jax.process_count())  # the host count is known once distributed is up
     check_mesh(config, jax.device_count(), jax.process_count(), interconnect_devices(jax.devices(), jax.process_count()))
+    if data:  # after the last check: a refused launch prints one line
+        log.info("data: %s", data)
 
     run = Run(config, workdir)
     if change:
@@ -270,8 +276,14 @@ def _override_key(name: str) -> str:
     return name
 
 
+HELP_FLAGS = ("-h", "-?", "--help", "-help", "--helpshort", "--helpfull", "--helpxml")
+
+
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing, with a command-line error as one line on stderr and exit 2."""
+    """absl's flag parsing, with a command-line error as one line on stderr and exit 2; a help flag
+    prints the usage on stdout and exits 0 (absl's own help exits 1)."""
+    if any(a in HELP_FLAGS for a in argv[1:]):
+        app.usage(shorthelp="--helpfull" not in argv[1:], writeto_stdout=True, exitcode=0)
     try:
         return flags.FLAGS(resolve_config_args(argv))  # --config=search:paper from anywhere
     except ConfigNameError as e:

@@ -70,6 +70,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import ml_collections
 import numpy as np
 
 from seed_jax.metrics import (
@@ -532,6 +533,23 @@ def write_transcripts(workdir: Path, out: Path, n: int) -> tuple[Path, int] | No
     return path, count
 
 
+def run_data(workdir) -> str | None:
+    """The data line of a run (`seed_jax.pipeline.environments.describe_data` of its config.json's
+    ``env`` block, resolved now: the WebShop generated catalog named as such), or None."""
+    try:
+        env = json.loads((workdir / "config.json").read_text()).get("env")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(env, dict) or "name" not in env:
+        return None
+    from seed_jax.pipeline.environments import describe_data  # the env packages: only when a report asks
+
+    try:
+        return describe_data(ml_collections.ConfigDict(env))
+    except (OSError, ValueError) as e:
+        return f"unknown ({e})"
+
+
 # --------------------------------------------------------------------------- several runs
 
 def run_env(workdir: Path) -> str:
@@ -627,6 +645,9 @@ def make_report(workdir: str | Path, out_dir: str | Path | None = None, transcri
     written = write_transcripts(workdir, out, transcripts)
 
     lines = [f"# Run report: `{workdir}`", ""]
+    data = run_data(workdir)
+    if data:
+        lines += [f"Data: {data}", ""]
     if records:
         steps = sorted({r["step"] for r in records})
         lines += [f"{len(records)} metric records, {len(steps)} steps ({steps[0]}..{steps[-1]}).", ""]

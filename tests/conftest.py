@@ -21,7 +21,6 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "true")
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 
 TINY_KINDS = ("qwen2", "qwen3", "llama")
 
@@ -68,3 +67,25 @@ def smol_tokenizer():
     from seed_jax.models import load_tokenizer
 
     return load_tokenizer(None)
+
+
+def official_webshop_dir(root: Path) -> Path:
+    """A directory in WebShop's official layout (`envs.webshop.data`) built from the vendored
+    attributes: ``items_shuffle_1000.json`` a generated catalog, ``items_ins_v2_1000.json`` the real
+    attributes, ``items_human_ins.json`` one 'human' instruction per product that has an
+    instruction (its synthetic one). Stands in for the official files the tests cannot download."""
+    import gzip
+    import json
+
+    from seed_jax.envs.webshop.data import VENDORED_ATTRIBUTES
+    from seed_jax.envs.webshop.generate import write_catalog
+
+    root.mkdir(parents=True, exist_ok=True)
+    with gzip.open(VENDORED_ATTRIBUTES, "rt", encoding="utf-8") as f:
+        attrs = json.load(f)
+    (root / "items_ins_v2_1000.json").write_text(json.dumps(attrs), encoding="utf-8")
+    write_catalog(root / "items_ins_v2_1000.json", root / "items_shuffle_1000.json")
+    human = {asin: [{"instruction": v["instruction"], "instruction_attributes": v["instruction_attributes"],
+                     "instruction_options": []}] for asin, v in attrs.items() if v.get("instruction")}
+    (root / "items_human_ins.json").write_text(json.dumps(human), encoding="utf-8")
+    return root

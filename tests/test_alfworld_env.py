@@ -2,7 +2,12 @@
 
 References that do not come from the code under test: the walkthrough stored in each game
 file and the engine's own goal check (win or not), ALFRED's `task_type` field in
-traj_data.json, the per-type game counts of the data's SOURCES.md, hand-written strings.
+traj_data.json (when ``$ALFWORLD_DATA`` holds it), the per-type game counts of the data's
+SOURCES.md, hand-written strings.
+
+The games are the subset vendored in envs/alfworld/data (18 per split, always present); the
+tests of the full release read ``$ALFWORLD_DATA`` (.ci/run points it at the development data) and
+skip, saying so, without it.
 """
 
 from __future__ import annotations
@@ -27,14 +32,17 @@ from seed_jax.envs.alfworld import (
     make_alfworld_env,
     resolve_data_dir,
 )
+from seed_jax.envs.alfworld.games import vendored_data_dir
 from seed_jax.envs.alfworld.prompt import ALFWORLD_PROMPT
 from seed_jax.envs.alfworld.text import extract_task, strip_banner
 from seed_jax.envs.base import StepRecord
 from seed_jax.envs.prompt import without_task_line
 
-DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "alfworld").resolve()
-if not (DATA / "json_2.1.1").is_dir():
-    pytest.skip(f"ALFWorld data not found at {DATA}", allow_module_level=True)
+DATA = vendored_data_dir().resolve()
+FULL = Path(os.environ["ALFWORLD_DATA"]).resolve() if os.environ.get("ALFWORLD_DATA") else None
+needs_archives = pytest.mark.skipif(FULL is None or not (FULL / "archives").is_dir(),
+                                    reason="needs $ALFWORLD_DATA with the split archives (archives/*.tar.xz, "
+                                           "the development data's layout); not set or absent")
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
 TYPES = ("pick", "look", "clean", "heat", "cool", "pick_two")
@@ -91,8 +99,10 @@ def test_games_per_split_and_task_types_match_alfred():
             assert json.loads(json.dumps(t)) == t
             assert t["split"] == split and t["task_id"].startswith(split + "/")
             assert Path(t["game_file"]).is_file() and t["game_file"].endswith("game.tw-pddl")
-            traj = json.loads((Path(t["game_file"]).parent / "traj_data.json").read_text())
-            assert ALFRED_TYPE[traj["task_type"]] == t["task_type"], t["task_id"]
+            traj_file = FULL / "json_2.1.1" / t["task_id"] / "traj_data.json" if FULL else None
+            if traj_file is not None and traj_file.is_file():  # ALFRED's own label of the same trial
+                traj = json.loads(traj_file.read_text())
+                assert ALFRED_TYPE[traj["task_type"]] == t["task_type"], t["task_id"]
             seen_ids.add(t["task_id"])
     assert len(seen_ids) == 54
 
@@ -116,9 +126,10 @@ def test_split_aliases_filters_and_errors(monkeypatch):
     assert list_games(None, "train") == list_games(DATA, "train")
 
 
+@needs_archives
 def test_extract_full_split_counts_match_sources(tmp_path):
     # SOURCES.md: valid_unseen has 134 games, pick/look/clean/heat/cool/pick_two = 24/18/31/23/21/17.
-    extract_split(DATA, "valid_unseen", tmp_path)
+    extract_split(FULL, "valid_unseen", tmp_path)
     tasks = list_games(tmp_path, "valid_unseen")
     counts = collections.Counter(t["task_type"] for t in tasks)
     assert len(tasks) == 134

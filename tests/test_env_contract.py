@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from seed_jax.envs.actions import THINK_TAGS
+from seed_jax.envs.alfworld.games import vendored_data_dir
 from seed_jax.envs.base import INFO_KEYS, OPTIONAL_INFO_KEYS, missing_info_keys
 from seed_jax.rollout import loop
 from seed_jax.rollout.loop import RolloutSettings, make_prompt_encoder, run_rollouts
 from seed_jax.rollout.pool import EnvFactory, open_env_pool
 from seed_jax.sampling import GenerationResult, SamplingParams
 
-ALFWORLD_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "alfworld").resolve()
+ALFWORLD_DATA = vendored_data_dir()  # the subset vendored in envs/alfworld/data
 needs_alfworld = pytest.mark.skipif(not (ALFWORLD_DATA / "json_2.1.1").is_dir(),
                                     reason=f"ALFWorld data not found at {ALFWORLD_DATA}")
 

@@ -318,8 +318,11 @@ def test_dry_run_of_a_config_that_cannot_fit_exits_nonzero_naming_the_program(tm
     with Adam, on one 24 GB L4."""
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps(BIG))
+    for name in ("model.safetensors", "tokenizer.json"):  # present for the preflight; the plan reads neither
+        (tmp_path / "m" / name).write_text("")
     r = _run(["-m", "seed_jax.launch", "--config=configs/alfworld.py:paper", f"--config.model.path={tmp_path / 'm'}",
               "--config.stage1.analyzer=self",  # the paper's annotator endpoint is not what is tested
+              "--config.env.vendored_data=True",  # the games are not what this test is about
               "--config.train.micro_batch_size=16",  # the preset's -1 would bisect the sizes, none fitting
               f"--workdir={tmp_path / 'w'}", "--dry_run", "--plan=gpu:l4x1"])
     assert r.returncode == 2, r.stderr[-2000:]

@@ -17,6 +17,7 @@ import pytest
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.pipeline.runtime import rollout_settings, sft_train_config, train_config
 from seed_jax.train.state import make_schedule
+from tests.conftest import official_webshop_dir
 
 ENVS = ("alfworld", "webshop", "search")
 
@@ -46,6 +47,7 @@ STAGE1 = dict(num_tasks=180, group_size=8, temperature=0.4, sft_epochs=3, sft_lr
 # Evaluation: ALFWorld's two validation splits (140 seen and 134 unseen games, all of them),
 # 128 WebShop test goals, the seven QA test sets of Search-R1 (each whole).
 ALFWORLD_EVAL = {"valid_seen": 140, "valid_unseen": 134}
+ALFWORLD_TRAIN_GAMES = 3553  # the official ALFWorld release
 WEBSHOP_EVAL_GOALS = 128
 SEARCH_EVAL_SETS = {"nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"}
 
@@ -146,7 +148,8 @@ def _fake_alfworld(root, sizes: dict[str, int]):
 
 def test_alfworld_evaluates_every_game_of_both_validation_splits(tmp_path):
     c = paper("alfworld")
-    c.env.data_dir = str(_fake_alfworld(tmp_path, ALFWORLD_EVAL))
+    # the paper preset checks the full release's counts (3553 train games too)
+    c.env.data_dir = str(_fake_alfworld(tmp_path, {"train": ALFWORLD_TRAIN_GAMES, **ALFWORLD_EVAL}))
     bench = make_benchmark(c.env)
     assert tuple(bench.eval_splits) == tuple(ALFWORLD_EVAL)
     assert c.eval.num_tasks == 0  # 0: the whole split
@@ -154,12 +157,24 @@ def test_alfworld_evaluates_every_game_of_both_validation_splits(tmp_path):
         assert len(bench.tasks(split, limit=c.eval.num_tasks or None, seed=c.seed)) == n
 
 
-def test_webshop_evaluates_128_test_goals():
+def test_webshop_evaluates_128_test_goals(tmp_path):
     c = paper("webshop")
+    c.env.data_dir = str(official_webshop_dir(tmp_path))  # the paper preset needs the official files
     bench = make_benchmark(c.env)
     assert tuple(bench.eval_splits) == ("test",)
     assert c.eval.num_tasks == WEBSHOP_EVAL_GOALS
     assert len(bench.tasks("test", limit=c.eval.num_tasks, seed=c.seed)) == WEBSHOP_EVAL_GOALS
+
+
+def test_paper_presets_require_the_real_data():
+    """ALFWorld: the full release, never the vendored subset; WebShop: the official files and the
+    human goals, never the generated catalog (issue 33 item 1, issue 34 item 1)."""
+    alf, shop = paper("alfworld"), paper("webshop")
+    assert alf.env.vendored_data is False
+    assert shop.env.vendored_data is False and shop.env.human_goals is True
+    for env in ("alfworld", "webshop"):
+        local = importlib.import_module(f"seed_jax.configs.{env}").get_config("local")
+        assert local.env.vendored_data is True
 
 
 def test_search_trains_on_search_r1_data_and_evaluates_seven_qa_sets_each_whole():

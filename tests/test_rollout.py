@@ -17,7 +17,6 @@ from seed_jax.rollout.pool import EnvFactory, open_env_pool
 from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.sampling import SamplingParams
 from seed_jax.skills import insert_skill
-from tests.conftest import SHARED_DATA
 
 SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
@@ -46,8 +45,9 @@ def _search():
 
 def _alfworld():
     from seed_jax.envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
+    from seed_jax.envs.alfworld.games import vendored_data_dir
 
-    data = SHARED_DATA / "alfworld"
+    data = vendored_data_dir()
     return EnvFactory(make_alfworld_env, data_dir=str(data), seed_kwarg=None), \
         list_games(data, "valid_seen")[:1], ALFWORLD_SPEC, ("</action>",)
 

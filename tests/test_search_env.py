@@ -1,5 +1,7 @@
 """Search QA environment: BM25 retriever, Search-R1 HTTP API (server + client), datasets, EM
-reward and episode rules. Real data from ../shared/data/search_qa and the vendored corpus."""
+reward and episode rules. Real data: the vendored corpus, and the development QA files in
+``$SEED_SEARCH_QA_DATA`` (hipporag/, searchr1/, flashrag/; `.ci/run` sets it where they are): the
+tests that read them skip, saying so, without it."""
 
 from __future__ import annotations
 
@@ -45,10 +47,18 @@ from seed_jax.envs.search.data import build_default_set
 from seed_jax.envs.search.server import start_background_server
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(REPO), "shared", "data", "search_qa")
+SHARED = os.environ.get("SEED_SEARCH_QA_DATA", "")
 HOTPOT_QA = os.path.join(SHARED, "hipporag", "hotpotqa_train.json")
 NQ_PARQUET = os.path.join(SHARED, "searchr1", "nq_search_test.parquet")
 NQ_FLASHRAG = os.path.join(SHARED, "flashrag", "nq_test_sample.jsonl")
+
+
+def need(*paths: str) -> None:
+    """Skip the calling test, naming the file, when the development QA files are not there."""
+    for p in paths:
+        if not SHARED or not os.path.isfile(p):
+            pytest.skip(f"needs $SEED_SEARCH_QA_DATA with {os.path.relpath(p, SHARED) if SHARED else p} "
+                        "(not set or absent)")
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +73,7 @@ def bm25(cache_dir):
 
 @pytest.fixture(scope="module")
 def hotpot_items():
+    need(HOTPOT_QA)
     with open(HOTPOT_QA, encoding="utf-8") as f:
         return json.load(f)
 
@@ -281,6 +292,7 @@ def test_exact_match():
 
 
 def test_searchr1_parquet():
+    need(NQ_PARQUET)
     import pyarrow.parquet as pq
 
     tasks = load_searchr1_parquet(NQ_PARQUET)
@@ -295,6 +307,7 @@ def test_searchr1_parquet():
 
 
 def test_hotpotqa_and_flashrag_loaders(hotpot_items):
+    need(NQ_FLASHRAG)
     hp = load_hotpotqa_json(HOTPOT_QA)
     assert len(hp) == 100
     assert hp[0] == {"task_id": "hotpotqa-5a77ec115542992a6e59dff7", "question": "If Gallu is a demon Lilu is what?",
@@ -573,6 +586,7 @@ def test_a_data_file_asked_for_and_missing_never_falls_back_to_the_vendored_samp
 
 
 def _write_layout(root) -> dict[str, list[str]]:
+    need(NQ_PARQUET)
     """Tiny files in Search-R1's layout: parquet rows of the real NQ test file (Search-R1's
     schema) given each split's data source, FlashRAG jsonl for some; returns the questions."""
     import pyarrow as pa

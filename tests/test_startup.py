@@ -187,9 +187,12 @@ def test_a_micro_batch_the_mesh_cannot_split_stops_the_launch_before_any_compile
          "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}))
     path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "PYTHONPATH": path, **(TPU_ENV if target.startswith("tpu") else {"JAX_PLATFORMS": "cpu"})}
+    for name in ("model.safetensors", "tokenizer.json"):  # present for the preflight; the plan reads neither
+        (tmp_path / "m" / name).write_text("")
     r = subprocess.run([sys.executable, "-m", "seed_jax.launch", "--config=configs/alfworld.py:paper",
                         "--config.stage1.analyzer=self",  # the paper's annotator endpoint is not what is tested
                         f"--config.model.path={tmp_path / 'm'}", "--config.train.micro_batch_size=8",
+                        "--config.env.vendored_data=True",  # the games are not what this test is about
                         f"--workdir={tmp_path / 'w'}", "--dry_run", f"--plan={target}"],
                        capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
     assert r.returncode == 2, r.stderr[-3000:]

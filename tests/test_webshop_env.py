@@ -20,14 +20,15 @@ import re
 import numpy as np
 import pytest
 
-from seed_jax.envs.webshop.catalog import CatalogError, load_catalog, load_products
-from seed_jax.envs.webshop.env import WEBSHOP_SPEC, default_data_dir, load_goals, make_webshop_env
+from seed_jax.envs.webshop.catalog import CatalogError, load_catalog, load_products, read_json
+from seed_jax.envs.webshop.env import WEBSHOP_SPEC, default_goals_path, load_goals, make_webshop_env
 from seed_jax.envs.webshop.generate import extract_query, write_catalog
 from seed_jax.envs.webshop.reward import get_reward, get_type_reward
 from seed_jax.envs.webshop.search import BM25Index, analyze, stem
 from seed_jax.envs.webshop.textmatch import normalize_color, token_set_ratio
 
-ATTR_PATH = os.fspath(default_data_dir() / "items_ins_v2_1000.json")
+# $SEED_WEBSHOP_DATA/items_ins_v2_1000.json when present, else the vendored .json.gz (same content)
+ATTR_PATH = os.fspath(default_goals_path())
 RAW_KEYS = {"asin", "name", "category", "query", "product_category", "full_description",
             "small_description", "pricing", "customization_options", "images", "brand",
             "product_information"}
@@ -84,8 +85,7 @@ def open_item(env, asin: str) -> None:
 
 
 def test_generated_catalog_uses_official_schema_and_real_asins(raw_products):
-    with open(ATTR_PATH) as f:
-        ins = json.load(f)
+    ins = read_json(ATTR_PATH, "attributes")
     assert set(raw_products) == set(ins)  # one product per real asin
     for p in raw_products.values():
         assert set(p) == RAW_KEYS
@@ -102,8 +102,7 @@ def test_generated_catalog_uses_official_schema_and_real_asins(raw_products):
 
 def test_loader_cleans_as_original(catalog_file, raw_products):
     products = {p.asin: p for p in load_products(catalog_file, ATTR_PATH)}
-    with open(ATTR_PATH) as f:
-        ins = json.load(f)
+    ins = read_json(ATTR_PATH, "attributes")
     for asin, raw in raw_products.items():
         p = products[asin]
         assert p.Title == raw["name"] and p.Description == raw["full_description"]
@@ -119,8 +118,7 @@ def test_loader_cleans_as_original(catalog_file, raw_products):
 
 def test_synthetic_goals_follow_original_rules(catalog_file, raw_products):
     cat = load_catalog(catalog_file, ATTR_PATH)
-    with open(ATTR_PATH) as f:
-        ins = json.load(f)
+    ins = read_json(ATTR_PATH, "attributes")
     expected = sum(math.prod(len(v) for v in raw_products[a]["customization_options"].values())
                    for a, e in ins.items() if "instruction" in e)
     assert len(cat.goals) == expected

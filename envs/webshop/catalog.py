@@ -37,6 +37,7 @@ attributes file gets ``DUMMY_ATTR`` and no synthetic goal (the original raises K
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import itertools
 import json
 import os
@@ -127,7 +128,7 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
     if not os.path.exists(path):
         raise CatalogError(f"WebShop {what} file not found: {path}")
     try:
-        with open(path, encoding="utf-8") as f:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
         raise CatalogError(f"WebShop {what} file {path} is not valid JSON: {e}") from e

@@ -25,9 +25,10 @@ one action in ``<action></action>``. Observations in the prompt are the text-mod
 without its instruction part, each ``[SEP]`` field quoted (verl-agent ``format_obs``);
 ``info['raw_observation']`` is the full text-mode page.
 
-Data: ``catalog_path`` (items_shuffle format) defaults to a catalog generated in memory by
-`envs.webshop.generate` from ``goals_path`` (items_ins_v2 format), which defaults to
-``$SEED_WEBSHOP_DATA/items_ins_v2_1000.json`` or ``<repo>/../shared/data/webshop/...``.
+Data (`envs.webshop.data`): ``catalog_path`` (items_shuffle format) defaults to a catalog
+GENERATED in memory by `envs.webshop.generate` from ``goals_path`` (items_ins_v2 format), which
+defaults to ``$SEED_WEBSHOP_DATA/items_ins_v2_1000.json`` when that file exists, else the copy
+vendored in ``envs/webshop/data/items_ins_v2_1000.json.gz``.
 Goal splits follow the original WebShop baselines: test = goals [0, 500), eval = [500, 1500),
 train = [1500, N).
 """
@@ -52,6 +53,7 @@ from seed_jax.envs.webshop.catalog import (
     load_attributes,
     load_products,
 )
+from seed_jax.envs.webshop.data import DATA_ENV_VAR, VENDORED_ATTRIBUTES
 from seed_jax.envs.webshop.engine import DONE, SEP, WebShopEngine, build_index
 from seed_jax.envs.webshop.generate import generate_products
 from seed_jax.envs.webshop.search import BM25Index
@@ -78,16 +80,16 @@ PROMPT_TAIL = ("Your admissible actions of the current situation are:\n[\n{actio
                "current step and present it within <action> </action> tags.")
 
 
-def default_data_dir() -> Path:
-    """``$SEED_WEBSHOP_DATA`` or ``<repo>/../shared/data/webshop``."""
-    env = os.environ.get("SEED_WEBSHOP_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "webshop"
+def default_goals_path() -> Path:
+    """``$SEED_WEBSHOP_DATA/items_ins_v2_1000.json`` when it exists, else the vendored copy."""
+    env = os.environ.get(DATA_ENV_VAR)
+    if env and (Path(env) / ATTRIBUTES_FILE).is_file():
+        return Path(env) / ATTRIBUTES_FILE
+    return VENDORED_ATTRIBUTES
 
 
 def _resolve(goals_path: str | os.PathLike | None) -> str:
-    return os.fspath(goals_path) if goals_path is not None else os.fspath(default_data_dir() / ATTRIBUTES_FILE)
+    return os.fspath(goals_path) if goals_path is not None else os.fspath(default_goals_path())
 
 
 @functools.lru_cache(maxsize=8)

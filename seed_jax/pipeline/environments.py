@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from seed_jax.envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
+from seed_jax.envs.alfworld.games import FULL_COUNTS, JSON_DIR, count_games, find_data_dir
 from seed_jax.envs.base import EnvSpec
 from seed_jax.envs.household import household_scripted_answer, household_spec, household_splits, make_household_env
 from seed_jax.envs.search import (
@@ -27,14 +28,13 @@ from seed_jax.envs.search import (
 )
 from seed_jax.envs.search.demos import demonstration as search_demonstration
 from seed_jax.envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
+from seed_jax.envs.webshop.data import WebShopData, find_webshop_data
 from seed_jax.rollout.pool import EnvFactory
 from seed_jax.rollout.trajectory import Trajectory
 
 ScriptedAnswer = Callable[[Trajectory], str]
 Demonstrate = Callable[[list[dict]], list[tuple[str, str]]]
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 @dataclasses.dataclass
@@ -141,18 +141,78 @@ def _search(env_cfg) -> Benchmark:
                      tuple(env_cfg.get("eval_splits", ("hotpotqa",))), demonstrations=demonstrate)
 
 
+ALFWORLD_SPLITS = ("train", "valid_seen", "valid_unseen")
+ALFWORLD_LAYOUT = (f"expected <dir>/{JSON_DIR}/{{train,valid_seen,valid_unseen}}/<task>/<trial>/game.tw-pddl, as "
+                   "`alfworld-download` leaves $ALFWORLD_DATA (envs/alfworld/README.md)")
+
+
+def alfworld_data(env_cfg):
+    """``(directory or None, where from)`` of the ALFWorld games (`envs.alfworld.games.find_data_dir`):
+    ``env.data_dir``, else ``$ALFWORLD_DATA``, else the vendored subset when ``env.vendored_data``."""
+    return find_data_dir(env_cfg.get("data_dir") or None, bool(env_cfg.get("vendored_data", True)))
+
+
+def missing_alfworld_data(env_cfg, found=None) -> str | None:
+    """None when the ALFWorld games are there; else one line naming the directory and the layout.
+    ``env.vendored_data`` False (the paper preset) also needs the full release's game counts
+    (`envs.alfworld.games.FULL_COUNTS`), not a subset. ``found``: `alfworld_data`'s answer, when
+    the caller has it."""
+    path, where = found or alfworld_data(env_cfg)
+    if path is None:
+        return (f"no ALFWorld data: {where} and env.vendored_data is False (the paper preset needs the full "
+                f"game set: `alfworld-download`, then set $ALFWORLD_DATA or env.data_dir); {ALFWORLD_LAYOUT}")
+    if not path.is_dir():
+        return f"ALFWorld data directory {path} ({where}) does not exist; {ALFWORLD_LAYOUT}"
+    counts = {split: count_games(path, split) for split in ALFWORLD_SPLITS}
+    empty = [split for split, n in counts.items() if n == 0]
+    if empty:
+        return f"ALFWorld data directory {path} ({where}) has no games for {', '.join(empty)}; {ALFWORLD_LAYOUT}"
+    if not env_cfg.get("vendored_data", True):
+        short = [f"{split} {counts[split]} of {FULL_COUNTS[split]}" for split in ALFWORLD_SPLITS
+                 if counts[split] < FULL_COUNTS[split]]
+        if short:
+            return (f"ALFWorld data directory {path} ({where}) holds a subset ({', '.join(short)} games); "
+                    "env.vendored_data=False (the paper preset) needs the full release (`alfworld-download`); "
+                    f"{ALFWORLD_LAYOUT}")
+    return None
+
+
 def _alfworld(env_cfg) -> Benchmark:
-    data_dir = env_cfg.get("data_dir") or str(SHARED_DATA / "alfworld")
+    """Loading a split raises `missing_alfworld_data`'s line when the games are not there (the
+    benchmark itself can be built without them: its spec and splits)."""
+    found = alfworld_data(env_cfg)  # resolved once: `import alfworld` later sets $ALFWORLD_DATA
+    data_dir = None if found[0] is None else str(found[0])
     factory = EnvFactory(make_alfworld_env, data_dir=data_dir, seed_kwarg=None)
-    return Benchmark("alfworld", ALFWORLD_SPEC, ("</action>",), factory,
-                     lambda split: list_games(data_dir, split), "train", ("valid_seen", "valid_unseen"))
+
+    def load(split: str) -> list[dict]:
+        missing = missing_alfworld_data(env_cfg, found)
+        if missing:
+            raise ValueError(f"alfworld: {missing}")
+        return list_games(data_dir, split)
+
+    return Benchmark("alfworld", ALFWORLD_SPEC, ("</action>",), factory, load, "train", ("valid_seen", "valid_unseen"))
+
+
+def webshop_data(env_cfg) -> tuple[WebShopData | None, str | None]:
+    """`envs.webshop.data.find_webshop_data` for a config's ``env`` block."""
+    return find_webshop_data(env_cfg.get("data_dir", "") or "", env_cfg.get("catalog_path", "") or "",
+                             env_cfg.get("goals_path", "") or "", bool(env_cfg.get("human_goals", False)),
+                             bool(env_cfg.get("vendored_data", True)))
 
 
 def _webshop(env_cfg) -> Benchmark:
-    kw = {k: env_cfg.get(k) for k in ("catalog_path", "goals_path") if env_cfg.get(k)}
+    """Loading a split raises `webshop_data`'s line when the files are missing (the benchmark
+    itself can be built without them: its spec and splits)."""
+    data, missing = webshop_data(env_cfg)
+    kw = data.env_kwargs() if data is not None else {}
     factory = EnvFactory(make_webshop_env, seed_kwarg=None, **kw)
-    return Benchmark("webshop", WEBSHOP_SPEC, ("</action>",), factory,
-                     lambda split: load_goals(split=split, **kw), "train", ("test",))
+
+    def load(split: str) -> list[dict]:
+        if data is None:
+            raise ValueError(f"webshop: {missing}")
+        return load_goals(split=split, **kw)
+
+    return Benchmark("webshop", WEBSHOP_SPEC, ("</action>",), factory, load, "train", ("test",))
 
 
 def _household(env_cfg) -> Benchmark:
@@ -173,9 +233,31 @@ BENCHMARKS: dict[str, Callable] = {"search": _search, "alfworld": _alfworld, "we
 
 def missing_data(env_cfg) -> str | None:
     """What a benchmark's data lacks (one line), checked before any model loads
-    (`seed_jax.pipeline.validate.check_inputs`):
-    None when nothing is missing (only the search benchmark checks its files today)."""
-    return missing_search_data(env_cfg) if env_cfg.name == "search" else None
+    (`seed_jax.pipeline.preflight`): None when nothing is missing."""
+    if env_cfg.name == "search":
+        return missing_search_data(env_cfg)
+    if env_cfg.name == "alfworld":
+        return missing_alfworld_data(env_cfg)
+    if env_cfg.name == "webshop":
+        return webshop_data(env_cfg)[1]
+    return None
+
+
+def describe_data(env_cfg) -> str | None:
+    """One line naming the data a run reads, for its log, summary (``Data:``) and report; the
+    WebShop generated catalog is named as such. None for the benchmarks without data files."""
+    if env_cfg.name == "alfworld":
+        path, where = alfworld_data(env_cfg)
+        return f"ALFWorld games {path} ({where})"
+    if env_cfg.name == "webshop":
+        data, missing = webshop_data(env_cfg)
+        return data.describe() if data is not None else f"WebShop data missing: {missing}"
+    if env_cfg.name == "search":
+        vendored = [s for s in search_splits(env_cfg) if search_split_file(env_cfg, s) is None
+                    and _vendored_serves(env_cfg, s)]
+        return ("search: the vendored HotpotQA sample" if vendored else
+                f"search: {env_cfg.get('data_dir') or 'env.datasets'}")
+    return None
 
 
 def make_benchmark(env_cfg) -> Benchmark:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from seed_jax.paths import run_path
+from seed_jax.pipeline.environments import describe_data
 from seed_jax.pipeline.run import read_config_history
 from seed_jax.procmem import peak_rss_mb
 
@@ -105,6 +106,9 @@ def describe_run(config, stages: Mapping[str, Mapping], workdir, preset: str | N
     workdir = run_path(workdir)
     name = f"configs/{config.env.name}.py" + (f":{preset}" if preset else "")
     lines = [f"Run summary: {name}, method {config.method}, run directory {workdir}", ""]
+    data = describe_data(config.env)
+    if data:  # the WebShop generated catalog is named as such
+        lines[1:1] = [f"Data: {data}"]
     total = 0.0
     for stage, s in stages.items():
         if not s:

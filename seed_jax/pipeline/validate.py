@@ -17,9 +17,9 @@ from seed_jax.paths import is_remote, run_path
 from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
 from seed_jax.pipeline.annotator import REASONING_SWITCH, AnnotatorError, OpenAIChat
 from seed_jax.pipeline.auto_sizes import AUTO, micro_batch_candidates
-from seed_jax.pipeline.environments import missing_data
 from seed_jax.pipeline.methods import METHODS, needs_skill_bank
 from seed_jax.pipeline.ppo import host_split_error
+from seed_jax.pipeline.preflight import preflight_problems
 from seed_jax.pipeline.runtime import train_config
 from seed_jax.sampling import BACKENDS
 from seed_jax.train.mesh import mesh_shape
@@ -179,10 +179,10 @@ PATH_KEYS = ("model.path", "model.tokenizer", "eval.checkpoint", "env.data_dir",
 def check_inputs(config, preset: str | None = None) -> None:
     """Raise `ConfigValueError` for a missing input: ``model.path`` under the ``paper`` preset (the
     embedded 135M model is no paper run), or a file or directory the config names that does not exist
-    (`PATH_KEYS` and every ``env.datasets`` entry), or a data file the benchmark needs
-    (`seed_jax.pipeline.environments.missing_data`: the search paper preset's Search-R1 files), or the
-    endpoint of the ``openai`` stage-1 annotator (`check_annotator_keys`). Reads nothing but the
-    file system and the environment."""
+    (`PATH_KEYS` and every ``env.datasets`` entry), or what `seed_jax.pipeline.preflight` finds: a model
+    directory without weights or tokenizer files, a malformed URL, a benchmark's missing data (Search-R1's
+    files, the ALFWorld games, the WebShop files, for every preset). Also the endpoint keys of the ``openai`` stage-1 annotator
+    (`check_annotator_keys`). Reads nothing but the file system and the environment."""
     if preset == "paper" and not config.model.path:
         raise ConfigValueError("config.model.path: the paper preset needs a local Hugging Face model directory, "
                                "e.g. --config.model.path=/models/Qwen2.5-3B-Instruct (got None)")
@@ -194,9 +194,9 @@ def check_inputs(config, preset: str | None = None) -> None:
                                    "every host (launch/host_setup.sh, STAGE_IN) and name the local path")
         if path and not run_path(str(path)).exists():
             raise ConfigValueError(f"config.{key}: no such file or directory: {path}")
-    missing = missing_data(config.env)
-    if missing:
-        raise ConfigValueError(f"config.env.data_dir: {missing}")
+    problems = preflight_problems(config, preset)
+    if problems:
+        raise ConfigValueError(problems[0])
     check_annotator_keys(config)
 
 
