@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GRPO tuning runs of the household study (README, "Round two"), one seed each, all from the
+# The GRPO tuning runs of the household study (docs/EVIDENCE.md, "Round two"), one seed each, all from the
 # stage 0 / stage 1 of one study directory (--shared), with the same seed (same task order).
 #
 #   bash bench/household_rl_tuning.sh STUDY_DIR OUT_DIR [RUN ...]

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Plans of the paper runs (README "Plans at paper scale"): one plan at a time, each printed to
+# Plans of the paper runs (docs/PLANS.md "Plans at paper scale"): one plan at a time, each printed to
 # bench/plans/<name>.txt with its figures in bench/plans/<name>.json.
 #   bash bench/plan_paper.sh [programs]      e.g. bash bench/plan_paper.sh train_step
 # tpu: targets need libtpu (pip install -e ".[tpu-aot]"); gpu: targets compile with XLA:CPU.

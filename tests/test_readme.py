@@ -93,7 +93,7 @@ def test_every_cheap_readme_command_runs_as_written(tmp_path):
             run_argv = argv if "--dry_run" in argv else [*argv, "--dry_run"]
             r = _run(run_argv, cwd)
             assert r.returncode == 0, (run_argv, r.stderr[-2000:])
-            assert "config" in (r.stdout + r.stderr).lower(), run_argv
+            assert "run directory:" in r.stdout and "eval" in r.stdout, (run_argv, r.stdout[-2000:])
         elif sub == "report":
             _write_small_run(cwd / argv[2])
             r = _run(argv, cwd)
