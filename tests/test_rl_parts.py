@@ -186,6 +186,47 @@ def test_the_run_bank_knows_task_types_for_rl_and_final_eval(tmp_path):
     assert bank.lookup({"task_id": "eval-9", "task_type": "cool"}).startswith("Heat the")  # first success
 
 
+def test_search_tasks_get_the_skill_of_the_most_similar_bank_task_of_their_source(tmp_path):
+    """Search tasks have no task type: each eval task gets the skill of the training task whose
+    question reads most like its own (BM25), within its data source; the old fallback gave every
+    task the first successful skill ('Film ...')."""
+    import types
+
+    from seed_jax.skills import SkillRecord, canonical_answer, write_skill_records
+
+    skills = {"t-film": "Film questions: search the film title first, then read its director line.",
+              "t-river": "River questions: search the river name, then read the length in the infobox.",
+              "t-band": "Band questions: search both band names and compare their formation years.",
+              "t-nq-river": "Open questions: search the river name directly and answer in a few words.",
+              "t-fail": "Failed: answer at once without any search to save the turns."}
+    recs = [SkillRecord("x", canonical_answer("s", text), f"traj-{tid}", "failure" if tid == "t-fail" else "success",
+                        tid) for tid, text in skills.items()]
+    (tmp_path / "stage1").mkdir()
+    write_skill_records(tmp_path / "stage1" / "sft.jsonl", recs)
+    train = [{"task_id": "t-film", "question": "Who directed the film Jaws?", "data_source": "hotpotqa"},
+             {"task_id": "t-river", "question": "How long is the river Danube?", "data_source": "hotpotqa"},
+             {"task_id": "t-band", "question": "Which band formed first, Blur or Oasis?", "data_source": "hotpotqa"},
+             {"task_id": "t-nq-river", "question": "where does the river thames start", "data_source": "nq"},
+             {"task_id": "t-fail", "question": "Which river band directed the film?", "data_source": "hotpotqa"}]
+    bench = types.SimpleNamespace(train_split="train", tasks=lambda split: train)
+    bank = SkillBank.for_run(tmp_path, bench)
+
+    def got(question, source):
+        return bank.lookup({"task_id": "eval", "question": question, "data_source": source}).split(":")[0]
+
+    assert got("Who directed the film Alien?", "hotpotqa") == "Film questions"
+    assert got("How long is the river Nile?", "hotpotqa") == "River questions"
+    assert got("Which band formed first, Queen or Kiss?", "hotpotqa") == "Band questions"
+    assert got("How long is the river Nile?", "nq") == "Open questions"  # same source only
+    assert got("How long is the river Nile?", "triviaqa") == "River questions"  # no such source: all
+    assert got("Quantum chromodynamics?", "hotpotqa") == "Film questions"  # no shared word: first of source
+    webshop = SkillBank([{"task_id": "w1", "success": True, "skill": "shoes", "text": "red running shoes",
+                          "group": "fashion"},
+                         {"task_id": "w2", "success": True, "skill": "tea", "text": "green tea bags, 100 count",
+                          "group": "grocery"}])
+    assert webshop.lookup({"task_id": "w9", "instruction": "i want green tea", "category": "grocery"}) == "tea"
+
+
 # ------------------------------------------------------------------ issue-12 recipe fixes
 
 
