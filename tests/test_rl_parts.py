@@ -359,7 +359,8 @@ def test_teacher_from_old_without_any_parsed_skill_trains():
     tc = TrainConfig(lr=1e-3, lambda_opd=0.5, teacher_from_old=True, micro_batch_size=4)
     params = jax.device_get(random_params(cfg, 0))
     ub = build_update_batch(trajs, {t.traj_id: None for t in trajs}, BatchSettings(64, 8), encode_prompt=_char_encode,
-                            pad_id=0, model_cfg=cfg, train_cfg=tc, old_params=params, ref_params=params,
+                            decode=lambda ids: "".join(map(chr, ids)), pad_id=0, model_cfg=cfg, train_cfg=tc,
+                            old_params=params, ref_params=params,
                             with_teacher=True, audit_gates=True, micro_batch_size=4)
     assert ub.batch.teacher_logp is not None and ub.batch.has_skill.sum() == 0 and ub.step_gates == []
     mesh = make_mesh(devices=jax.devices()[:1])
