@@ -286,6 +286,48 @@ def test_teacher_prompt_keeps_the_skill_and_task_and_drops_the_oldest_history():
     assert "[history 0]" not in text and "[history 1]" not in text and "[history 5]" in text
 
 
+def test_teacher_of_a_cut_prompt_is_the_student_ids_plus_the_skill_block():
+    """A student prompt left-cut by the rollout: the teacher twin is the ids the student kept with
+    the skill block spliced in (H's lines '', B, '' after the task line; before the kept ids when
+    the task line was cut), never the re-rendered full prompt; a row whose kept ids are not a cut
+    of its prompt takes no OPD."""
+    from seed_jax.rollout.batch import BatchSettings, build_batch
+    from seed_jax.skills import skill_block
+
+    header = "<sys>You are an agent.</sys>\n"  # the chat template's part (cut first)
+    encode = lambda text: _char_encode(header + text)  # noqa: E731
+    lines = ["Your task is to: put a mug on the desk."] + [f"[history {i}] a corridor." for i in range(6)] + \
+        ["Answer in <action>."]
+    h = "\n".join(lines)
+    skill = "Check the desk drawer before walking to other rooms."
+    full = encode(h)
+
+    def step(keep, prompt_ids=None):
+        ids = full[-keep:] if prompt_ids is None else prompt_ids
+        return StepSample(ids, [6, 7], [-1.0, -1.0], "r", h, "o", True, 0.0, prompt_tokens=len(full))
+
+    deep = len(h) - h.index("[history 3]")  # the task line and three history lines are gone
+    shallow = len(h) + 3  # only the header is cut: the task line survives
+    trajs = [Trajectory("q", 0, f"q#{j}", "t", [st], 0.0, False)
+             for j, st in enumerate([step(deep), step(shallow), step(0, prompt_ids=_char_encode("not h"))])]
+    batch = build_batch(trajs, {t.traj_id: skill for t in trajs}, encode, BatchSettings(4096, 8), pad_id=0,
+                        decode=lambda ids: "".join(map(chr, ids)))
+    Pt = batch.teacher_prompt_len
+    text = lambda i: "".join(map(chr, batch.teacher_ids[i, :Pt][batch.teacher_mask[i, :Pt] == 1]))  # noqa: E731
+    student = lambda i: "".join(map(chr, trajs[i].steps[0].prompt_ids))  # noqa: E731
+    block = "\n" + skill_block(skill) + "\n\n"  # H: lines[:i+1] + ['', B, ''] + lines[i+1:]
+    assert student(0).startswith("[history 3]") and text(0) == block + student(0)
+    task_end = student(1).index("\n", student(1).index("Your task is to:")) + 1
+    assert text(1) == student(1)[:task_end] + block + student(1)[task_end:]
+    assert text(1).replace(block, "", 1) == student(1) and "You are an agent" not in text(1)
+    assert batch.has_skill.tolist() == [1.0, 1.0, 0.0] and text(2) == "not h"  # not a cut of h: no OPD
+    assert batch.teacher_cut == 0
+    capped = build_batch(trajs[:1], {"q#0": skill}, encode, BatchSettings(4096, 8, max_teacher_prompt_tokens=len(
+        block) + 20), pad_id=0, decode=lambda ids: "".join(map(chr, ids)))
+    t_ids = capped.teacher_ids[0][capped.teacher_mask[0] == 1][:-2]
+    assert "".join(map(chr, t_ids)) == block + student(0)[-20:] and capped.teacher_cut == 1
+
+
 def test_fit_analyzer_prompt_keeps_header_first_and_last_steps():
     from seed_jax.rollout.analyzer import fit_analyzer_prompt
 

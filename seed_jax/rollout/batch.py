@@ -133,6 +133,46 @@ def action_token_mask(ids: Sequence[int], valid: bool, decode: Callable[[list[in
     return out
 
 
+def splice_teacher(full: Sequence[int], full_teacher: Sequence[int], student: Sequence[int],
+                   cap: int) -> tuple[list[int], bool] | None:
+    """``(ids, cut)``: the teacher twin of a left-cut student prompt, the skill block spliced into
+    the ids the student kept, so that the teacher minus the block is the student (None:
+    ``student`` is not a left cut of ``full``); ``cut``: ``cap`` cut it further.
+
+    With ``S = full`` (``encode(h)``), ``T = full_teacher`` (``encode(H(h, s))``), ``k`` their
+    common prefix, ``q`` their common suffix (``k + q <= min(|S|, |T|)``), the block
+    ``B = T[k:|T| - q]`` and the student ``S[c:]``::
+
+        teacher(c) = T[c:]                          if c <= k  (the insertion point survived)
+                   = B + S[max(c, |S| - q):]        if c > k   (it was cut: the block leads)
+
+    Over ``cap`` the smallest larger cut ``c`` that fits is taken (the block kept whole); a cap
+    below ``|B|`` keeps the last ``cap`` ids. (When the tokenizer merges across the insertion
+    point, ``S`` is not ``T`` minus ``B``: the ``S[k:|S| - q]`` the merge changed are replaced by
+    ``B``.)
+    """
+    S, T = list(full), list(full_teacher)
+    c = len(S) - len(student)
+    if c < 0 or S[c:] != list(student):
+        return None
+    k = next((i for i, (a, b) in enumerate(zip(S, T)) if a != b), min(len(S), len(T)))
+    q = 0
+    while q < min(len(S), len(T)) - k and S[-1 - q] == T[-1 - q]:
+        q += 1
+    block = T[k:len(T) - q]
+
+    def teacher(cut: int) -> list[int]:
+        return T[cut:] if cut <= k else block + S[max(cut, len(S) - q):]
+
+    ids = teacher(c)
+    if len(ids) <= cap:
+        return ids, False
+    wider = len(T) - cap
+    if not c <= wider <= k:
+        wider = max(c, len(S) - max(cap - len(block), 0))
+    return teacher(wider)[-cap:], True
+
+
 @dataclasses.dataclass(frozen=True)
 class StepSamples(RowLayout):
     """The step-samples of one update: ``[n, ...]`` numpy arrays (no padding rows) + row origins.
@@ -186,7 +226,10 @@ def build_batch(
     ``skills[traj_id]`` is the parsed hindsight skill or None (no OPD signal: has_skill 0).
     ``encode_prompt(user_text)`` chat-templates and tokenizes a user message exactly as the
     rollout did for ``h_t``; teacher prompts are `teacher_prompt` of ``insert_skill(prompt_text,
-    s)`` at ``settings.teacher_cap``. Ordinary prompts longer than ``settings.max_prompt_tokens``
+    s)`` at ``settings.teacher_cap``, except for a student prompt cut from the left (by the
+    rollout or here): its teacher is the very ids the student kept with the skill block spliced
+    in (`splice_teacher`), so teacher and student differ by the skill alone; a row whose kept
+    ids are not a left cut of ``encode_prompt(prompt_text)`` takes no OPD (has_skill 0). Ordinary prompts longer than ``settings.max_prompt_tokens``
     are cut from the left, responses longer than ``settings.max_response_tokens`` from the right
     (both branches identically). Advantages: `seed_jax.losses.step_advantages` over the kept
     trajectories, broadcast to every response token of the step. ``decode(ids)`` (the rollout's
@@ -215,14 +258,23 @@ def build_batch(
             responses.append(list(s.response_ids)[:settings.max_response_tokens])
             if with_teacher and settings.opd_mask == "action":
                 actions.append(action_token_mask(s.response_ids, s.valid, decode)[:settings.max_response_tokens])
+            row_skill = bool(skill)
             if with_teacher:
-                if skill:
+                left_cut = s.prompt_cut or s.prompt_tokens < 0 or len(s.prompt_ids) > len(p)
+                full = encode_prompt(s.prompt_text) if skill and left_cut else p
+                if skill and len(full) > len(p):  # the student lost ids on the left: splice the skill in
+                    spliced = splice_teacher(full, encode_prompt(insert_skill(s.prompt_text, skill)), p,
+                                             settings.teacher_cap)
+                    row_skill = spliced is not None
+                    teacher.append(p if spliced is None else spliced[0])
+                    teacher_cut += bool(spliced and spliced[1])
+                elif skill:
                     ids, cut = teacher_prompt(s.prompt_text, skill, encode_prompt, settings.teacher_cap, insert_skill)
                     teacher.append(ids)
                     teacher_cut += cut
                 else:
                     teacher.append(p)  # no skill: the twin is the ordinary prompt (masked out of OPD anyway)
-            rows.append(RowInfo(t.traj_id, k, bool(skill)))
+            rows.append(RowInfo(t.traj_id, k, row_skill))
     P = round_up(max(map(len, student)), buckets)
     R = round_up(max(max(map(len, responses)), 1), buckets)
     ids, mask, rmask = pack_rows(student, responses, P, R, pad_id)
