@@ -286,6 +286,28 @@ def test_teacher_prompt_keeps_the_skill_and_task_and_drops_the_oldest_history():
     assert "[history 0]" not in text and "[history 1]" not in text and "[history 5]" in text
 
 
+def test_every_annotator_budgets_x_tau_in_tokens_so_the_sft_cut_keeps_the_header():
+    """An annotator other than ``self`` (here ``heuristic``) with the policy's encoder: x_tau fits
+    ``analysis.max_prompt_tokens`` tokens, so the SFT's left cut at that budget
+    (`stage1.sft_batches`: ``encode_prompt(prompt)[-max_prompt_tokens:]``) keeps the Task and
+    Outcome header. The character budget alone (3 characters per token; here a token is one
+    character) leaves x_tau three times too long and the cut takes the header away."""
+    from seed_jax.skills import render_analyzer_prompt
+
+    encode = lambda text: _char_encode("<|user|>" + text + "<|assistant|>")  # noqa: E731
+    steps = [StepSample([1], [2], [-1.0], f"<think>step {i}</think><action>go {i}</action>", "p",
+                        f"OBS-{i} " + "y" * 400, True, 0.0) for i in range(20)]
+    traj = Trajectory("q", 0, "q#0", "put a mug on the desk", steps, 0.0, False)
+    budget = 1500
+    ctx = AnalysisContext(success_threshold=1.0, max_prompt_tokens=budget, max_new_tokens=8, encode_prompt=encode)
+    x_tau = get_analyzer("heuristic")([traj], ctx).prompts["q#0"]
+    sft_input = "".join(map(chr, encode(x_tau)[-budget:]))
+    assert len(encode(x_tau)) <= budget and "### Step 1\n" in sft_input and "### Step 20\n" in sft_input
+    assert "## Task\nput a mug on the desk" in sft_input and "## Outcome\nFAILURE" in sft_input
+    by_chars, _ = render_analyzer_prompt(traj, 1.0, max_chars=3 * budget)  # the old budget
+    assert "## Task" not in "".join(map(chr, encode(by_chars)[-budget:]))
+
+
 def test_teacher_of_a_cut_prompt_is_the_student_ids_plus_the_skill_block():
     """A student prompt left-cut by the rollout: the teacher twin is the ids the student kept with
     the skill block spliced in (H's lines '', B, '' after the task line; before the kept ids when

@@ -234,7 +234,7 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     ctx = AnalysisContext(success_threshold=run.bench.spec.success_threshold,
                           max_prompt_tokens=c.analysis.max_prompt_tokens, max_new_tokens=c.analysis.max_new_tokens,
                           batch_size=c.analysis.batch_size, bench=run.bench, bank=bank, tasks=train_tasks, seed=c.seed,
-                          sampler=settings.sampler)
+                          sampler=settings.sampler, encode_prompt=policy.encode_prompt)
     batch_settings = BatchSettings(
         max_prompt_tokens=c.rollout.max_prompt_tokens, max_response_tokens=c.rollout.max_response_tokens,
         max_teacher_prompt_tokens=c.rollout.max_teacher_prompt_tokens, advantage_mode=c.rl.advantage_mode,
