@@ -124,6 +124,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.audit_gates = True  # per-step OPD gates under theta_old -> step_gates.jsonl (one extra teacher forward)
     c.rl.transcripts_per_update = 4  # trajectories per update saved in full to rl/transcripts.jsonl (0 = none)
 
+    c.opd = ml_collections.ConfigDict()
+    # the response tokens OPD acts on (docs/METHOD.md §3.8): action (the valid steps' tokens outside
+    # thinking, the paper's reading) | response (every response token: thinking and invalid ones too)
+    c.opd.mask = "action"
+
     c.train = ml_collections.ConfigDict(run_train_defaults())  # TrainConfig's fields and defaults
     c.train.warmup_updates = 0  # learning-rate warm-up, in RL updates (the RL schedule counts updates)
     # rows per micro-batch (TrainConfig's None, the whole mini-batch, is no run option); -1: the largest that

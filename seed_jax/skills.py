@@ -4,8 +4,9 @@ docs/METHOD.md §2 and §4. No JAX: generation is done by the caller (the policy
 external chat API through `annotate`).
 
 - `build_analyzer_prompt(traj)` -> x_tau: task, outcome label, then per step its index, the raw
-  environment observation, the full model response and whether the action was valid (rewards
-  are not shown), then the instruction (success -> reusable workflow; failure -> avoidance
+  environment observation, the full model response, whether the action was valid and the
+  step's reward (and invalid-action penalty), the episode's final reward (and task score,
+  WebShop) in the header, then the instruction (success -> reusable workflow; failure -> avoidance
   rule) and the answer format: ONE JSON object with string fields ``episode_summary`` and
   ``episode_skill``. Long trajectories are cut to ``max_chars`` characters (see the function).
 - `parse_skill(text)` -> `SkillParse`; tolerant, never raises; ok iff both fields are strings
@@ -30,7 +31,7 @@ import json_repair
 
 from seed_jax.jsonl import iter_records, write_records
 from seed_jax.lenient_json import json_objects
-from seed_jax.rollout.trajectory import Trajectory
+from seed_jax.rollout.trajectory import StepSample, Trajectory
 
 MIN_SKILL_WORDS = 5
 DEFAULT_MAX_CHARS = 16000  # ~4k tokens at ~4 characters per token
@@ -83,6 +84,13 @@ instructions), e.g. for the corpus of a closed-vocabulary tokenizer. The layout'
 are covered by building a prompt (`build_analyzer_prompt`, `skill_block`)."""
 
 
+def _reward_line(traj: Trajectory) -> str:
+    """``Final reward: R(tau)``, with the environment's task score in [0, 1] when it has one
+    (WebShop's partial score, ``traj.info['score']``)."""
+    score = traj.info.get("score")
+    return f"Final reward: {traj.episode_reward:g}" + ("" if score is None else f" (task score {float(score):g} of 1)")
+
+
 def _header(traj: Trajectory, outcome: str) -> str:
     label = ("SUCCESS: the agent completed the task." if outcome == "success"
              else "FAILURE: the agent did not complete the task.")
@@ -90,7 +98,7 @@ def _header(traj: Trajectory, outcome: str) -> str:
         "You are reviewing one finished episode of an AI agent acting in a text environment, "
         "to extract one lesson for future episodes.\n\n"
         f"## Task\n{traj.task_description.strip()}\n\n"
-        f"## Outcome\n{label}\n\n"
+        f"## Outcome\n{label}\n{_reward_line(traj)}\n\n"
         f"## Episode ({traj.num_steps} steps)"
     )
 
@@ -108,10 +116,12 @@ def _footer(traj: Trajectory, outcome: str) -> str:
     )
 
 
-def _step_block(index: int, observation: str, response: str, valid: bool) -> str:
-    validity = "yes" if valid else "no (invalid format; the environment ignored this step)"
+def _step_block(index: int, observation: str, response: str, step: StepSample) -> str:
+    validity = "yes" if step.valid else "no (invalid format; the environment ignored this step)"
+    penalty = f", invalid-action penalty {step.penalty:g}" if step.penalty else ""
     return (f"### Step {index}\nObservation:\n{observation.strip()}\n"
-            f"Agent response:\n{response.strip()}\nAction valid: {validity}")
+            f"Agent response:\n{response.strip()}\nAction valid: {validity}\n"
+            f"Reward: {step.reward:g}{penalty}")
 
 
 def build_analyzer_prompt(traj: Trajectory, success_threshold: float | None = None,
@@ -138,9 +148,10 @@ def render_analyzer_prompt(traj: Trajectory, success_threshold: float | None = N
     """``(x_tau, cut)``: x_tau of docs/METHOD.md §4.2 (the user message given to the analyzer)
     and whether the budget (§4.4) shortened it.
 
-    Layout: header (task, outcome), one block per step (1-based index, raw observation, full
-    response, validity), the final observation when the trajectory has one, the instruction.
-    Rewards and penalties are never shown.
+    Layout: header (task, outcome with the final reward ``R(tau)`` and, where the environment
+    has one, its task score), one block per step (1-based index, raw observation, full response,
+    validity, the step's reward ``r_t`` and invalid-action penalty ``p_t`` when charged), the
+    final observation when the trajectory has one, the instruction.
 
     Budget: when the text exceeds ``max_chars`` (None = no limit), it is shortened in stages,
     each stopping as soon as the text fits: (1) steps are dropped from the middle of the
@@ -158,10 +169,10 @@ def render_analyzer_prompt(traj: Trajectory, success_threshold: float | None = N
     lo = hi = 0  # the omitted steps [lo, hi)
 
     def render() -> str:
-        blocks = [_step_block(i + 1, obs[i], resp[i], traj.steps[i].valid) for i in range(lo)]
+        blocks = [_step_block(i + 1, obs[i], resp[i], traj.steps[i]) for i in range(lo)]
         if hi > lo:
             blocks.append(f"[steps {lo + 1}-{hi} omitted to save space]")
-        blocks += [_step_block(i + 1, obs[i], resp[i], traj.steps[i].valid) for i in range(hi, n)]
+        blocks += [_step_block(i + 1, obs[i], resp[i], traj.steps[i]) for i in range(hi, n)]
         return "\n\n".join([header, *blocks, footer])
 
     text = render()

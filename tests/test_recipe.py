@@ -39,6 +39,7 @@ EPOCHS = 1
 LR, WEIGHT_DECAY, GRAD_CLIP = 1e-6, 0.01, 1.0
 KL_ESTIMATOR = "low_var_kl"  # k3 = exp(l_ref - l) - (l_ref - l) - 1
 LAMBDA_OPD, BETA_OPD = 0.01, 5.0
+OPD_MASK = "action"  # OPD distils the valid action tokens (not the thinking, not invalid responses)
 CLIP, DUAL_CLIP = 0.2, 3.0
 ROLLOUT_TEMPERATURE, EVAL_TEMPERATURE = 1.0, 0.4
 ANALYZER_NEW_TOKENS = 4096
@@ -94,6 +95,7 @@ def test_optimizer_and_loss_coefficients(env):
     assert (tc.lr, tc.weight_decay, tc.grad_clip) == (LR, WEIGHT_DECAY, GRAD_CLIP)
     assert (tc.c_kl, tc.c_ent, tc.kl_kind) == (want["c_kl"], want["c_ent"], KL_ESTIMATOR)
     assert (tc.lambda_opd, tc.beta_opd) == (LAMBDA_OPD, BETA_OPD)
+    assert c.opd.mask == OPD_MASK
     assert (tc.clip_low, tc.clip_high, tc.dual_clip) == (CLIP, CLIP, DUAL_CLIP)
     assert not tc.teacher_from_old  # the teacher pass runs on the trained parameters
     assert (c.train.lr, c.train.c_kl, c.train.c_ent, c.train.lambda_opd) == (LR, want["c_kl"], want["c_ent"],

@@ -186,6 +186,47 @@ def test_the_run_bank_knows_task_types_for_rl_and_final_eval(tmp_path):
     assert bank.lookup({"task_id": "eval-9", "task_type": "cool"}).startswith("Heat the")  # first success
 
 
+def test_search_tasks_get_the_skill_of_the_most_similar_bank_task_of_their_source(tmp_path):
+    """Search tasks have no task type: each eval task gets the skill of the training task whose
+    question reads most like its own (BM25), within its data source; the old fallback gave every
+    task the first successful skill ('Film ...')."""
+    import types
+
+    from seed_jax.skills import SkillRecord, canonical_answer, write_skill_records
+
+    skills = {"t-film": "Film questions: search the film title first, then read its director line.",
+              "t-river": "River questions: search the river name, then read the length in the infobox.",
+              "t-band": "Band questions: search both band names and compare their formation years.",
+              "t-nq-river": "Open questions: search the river name directly and answer in a few words.",
+              "t-fail": "Failed: answer at once without any search to save the turns."}
+    recs = [SkillRecord("x", canonical_answer("s", text), f"traj-{tid}", "failure" if tid == "t-fail" else "success",
+                        tid) for tid, text in skills.items()]
+    (tmp_path / "stage1").mkdir()
+    write_skill_records(tmp_path / "stage1" / "sft.jsonl", recs)
+    train = [{"task_id": "t-film", "question": "Who directed the film Jaws?", "data_source": "hotpotqa"},
+             {"task_id": "t-river", "question": "How long is the river Danube?", "data_source": "hotpotqa"},
+             {"task_id": "t-band", "question": "Which band formed first, Blur or Oasis?", "data_source": "hotpotqa"},
+             {"task_id": "t-nq-river", "question": "where does the river thames start", "data_source": "nq"},
+             {"task_id": "t-fail", "question": "Which river band directed the film?", "data_source": "hotpotqa"}]
+    bench = types.SimpleNamespace(train_split="train", tasks=lambda split: train)
+    bank = SkillBank.for_run(tmp_path, bench)
+
+    def got(question, source):
+        return bank.lookup({"task_id": "eval", "question": question, "data_source": source}).split(":")[0]
+
+    assert got("Who directed the film Alien?", "hotpotqa") == "Film questions"
+    assert got("How long is the river Nile?", "hotpotqa") == "River questions"
+    assert got("Which band formed first, Queen or Kiss?", "hotpotqa") == "Band questions"
+    assert got("How long is the river Nile?", "nq") == "Open questions"  # same source only
+    assert got("How long is the river Nile?", "triviaqa") == "River questions"  # no such source: all
+    assert got("Quantum chromodynamics?", "hotpotqa") == "Film questions"  # no shared word: first of source
+    webshop = SkillBank([{"task_id": "w1", "success": True, "skill": "shoes", "text": "red running shoes",
+                          "group": "fashion"},
+                         {"task_id": "w2", "success": True, "skill": "tea", "text": "green tea bags, 100 count",
+                          "group": "grocery"}])
+    assert webshop.lookup({"task_id": "w9", "instruction": "i want green tea", "category": "grocery"}) == "tea"
+
+
 # ------------------------------------------------------------------ issue-12 recipe fixes
 
 
@@ -243,6 +284,70 @@ def test_teacher_prompt_keeps_the_skill_and_task_and_drops_the_oldest_history():
     assert text.startswith("You are an agent.\nYour task is to: put a mug") and skill in text
     assert text.endswith("[history 9] you saw a long corridor with many doors.\nAnswer in <action>.")
     assert "[history 0]" not in text and "[history 1]" not in text and "[history 5]" in text
+
+
+def test_every_annotator_budgets_x_tau_in_tokens_so_the_sft_cut_keeps_the_header():
+    """An annotator other than ``self`` (here ``heuristic``) with the policy's encoder: x_tau fits
+    ``analysis.max_prompt_tokens`` tokens, so the SFT's left cut at that budget
+    (`stage1.sft_batches`: ``encode_prompt(prompt)[-max_prompt_tokens:]``) keeps the Task and
+    Outcome header. The character budget alone (3 characters per token; here a token is one
+    character) leaves x_tau three times too long and the cut takes the header away."""
+    from seed_jax.skills import render_analyzer_prompt
+
+    encode = lambda text: _char_encode("<|user|>" + text + "<|assistant|>")  # noqa: E731
+    steps = [StepSample([1], [2], [-1.0], f"<think>step {i}</think><action>go {i}</action>", "p",
+                        f"OBS-{i} " + "y" * 400, True, 0.0) for i in range(20)]
+    traj = Trajectory("q", 0, "q#0", "put a mug on the desk", steps, 0.0, False)
+    budget = 1500
+    ctx = AnalysisContext(success_threshold=1.0, max_prompt_tokens=budget, max_new_tokens=8, encode_prompt=encode)
+    x_tau = get_analyzer("heuristic")([traj], ctx).prompts["q#0"]
+    sft_input = "".join(map(chr, encode(x_tau)[-budget:]))
+    assert len(encode(x_tau)) <= budget and "### Step 1\n" in sft_input and "### Step 20\n" in sft_input
+    assert "## Task\nput a mug on the desk" in sft_input and "## Outcome\nFAILURE" in sft_input
+    by_chars, _ = render_analyzer_prompt(traj, 1.0, max_chars=3 * budget)  # the old budget
+    assert "## Task" not in "".join(map(chr, encode(by_chars)[-budget:]))
+
+
+def test_teacher_of_a_cut_prompt_is_the_student_ids_plus_the_skill_block():
+    """A student prompt left-cut by the rollout: the teacher twin is the ids the student kept with
+    the skill block spliced in (H's lines '', B, '' after the task line; before the kept ids when
+    the task line was cut), never the re-rendered full prompt; a row whose kept ids are not a cut
+    of its prompt takes no OPD."""
+    from seed_jax.rollout.batch import BatchSettings, build_batch
+    from seed_jax.skills import skill_block
+
+    header = "<sys>You are an agent.</sys>\n"  # the chat template's part (cut first)
+    encode = lambda text: _char_encode(header + text)  # noqa: E731
+    lines = ["Your task is to: put a mug on the desk."] + [f"[history {i}] a corridor." for i in range(6)] + \
+        ["Answer in <action>."]
+    h = "\n".join(lines)
+    skill = "Check the desk drawer before walking to other rooms."
+    full = encode(h)
+
+    def step(keep, prompt_ids=None):
+        ids = full[-keep:] if prompt_ids is None else prompt_ids
+        return StepSample(ids, [6, 7], [-1.0, -1.0], "r", h, "o", True, 0.0, prompt_tokens=len(full))
+
+    deep = len(h) - h.index("[history 3]")  # the task line and three history lines are gone
+    shallow = len(h) + 3  # only the header is cut: the task line survives
+    trajs = [Trajectory("q", 0, f"q#{j}", "t", [st], 0.0, False)
+             for j, st in enumerate([step(deep), step(shallow), step(0, prompt_ids=_char_encode("not h"))])]
+    batch = build_batch(trajs, {t.traj_id: skill for t in trajs}, encode, BatchSettings(4096, 8), pad_id=0,
+                        decode=lambda ids: "".join(map(chr, ids)))
+    Pt = batch.teacher_prompt_len
+    text = lambda i: "".join(map(chr, batch.teacher_ids[i, :Pt][batch.teacher_mask[i, :Pt] == 1]))  # noqa: E731
+    student = lambda i: "".join(map(chr, trajs[i].steps[0].prompt_ids))  # noqa: E731
+    block = "\n" + skill_block(skill) + "\n\n"  # H: lines[:i+1] + ['', B, ''] + lines[i+1:]
+    assert student(0).startswith("[history 3]") and text(0) == block + student(0)
+    task_end = student(1).index("\n", student(1).index("Your task is to:")) + 1
+    assert text(1) == student(1)[:task_end] + block + student(1)[task_end:]
+    assert text(1).replace(block, "", 1) == student(1) and "You are an agent" not in text(1)
+    assert batch.has_skill.tolist() == [1.0, 1.0, 0.0] and text(2) == "not h"  # not a cut of h: no OPD
+    assert batch.teacher_cut == 0
+    capped = build_batch(trajs[:1], {"q#0": skill}, encode, BatchSettings(4096, 8, max_teacher_prompt_tokens=len(
+        block) + 20), pad_id=0, decode=lambda ids: "".join(map(chr, ids)))
+    t_ids = capped.teacher_ids[0][capped.teacher_mask[0] == 1][:-2]
+    assert "".join(map(chr, t_ids)) == block + student(0)[-20:] and capped.teacher_cut == 1
 
 
 def test_fit_analyzer_prompt_keeps_header_first_and_last_steps():
@@ -318,7 +423,8 @@ def test_teacher_from_old_without_any_parsed_skill_trains():
     tc = TrainConfig(lr=1e-3, lambda_opd=0.5, teacher_from_old=True, micro_batch_size=4)
     params = jax.device_get(random_params(cfg, 0))
     ub = build_update_batch(trajs, {t.traj_id: None for t in trajs}, BatchSettings(64, 8), encode_prompt=_char_encode,
-                            pad_id=0, model_cfg=cfg, train_cfg=tc, old_params=params, ref_params=params,
+                            decode=lambda ids: "".join(map(chr, ids)), pad_id=0, model_cfg=cfg, train_cfg=tc,
+                            old_params=params, ref_params=params,
                             with_teacher=True, audit_gates=True, micro_batch_size=4)
     assert ub.batch.teacher_logp is not None and ub.batch.has_skill.sum() == 0 and ub.step_gates == []
     mesh = make_mesh(devices=jax.devices()[:1])

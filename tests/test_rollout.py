@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -11,7 +12,7 @@ import pytest
 from seed_jax.models import Model, ModelConfig
 from seed_jax.models.decoder import init_params
 from seed_jax.rollout.analyzer import analyze_trajectories
-from seed_jax.rollout.batch import BatchSettings, build_batch
+from seed_jax.rollout.batch import BatchSettings, action_token_mask, build_batch
 from seed_jax.rollout.loop import RolloutSettings, make_prompt_encoder, run_rollouts
 from seed_jax.rollout.pool import EnvFactory, open_env_pool
 from seed_jax.rollout.trajectory import StepSample, Trajectory
@@ -102,7 +103,8 @@ def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
     skills = {t.traj_id: (skill if i % 2 == 0 else None) for i, t in enumerate(trajs)}
     batch = build_batch(trajs, skills, encode, BatchSettings(max_prompt_tokens=1024, max_response_tokens=12,
                                                              max_teacher_prompt_tokens=2048),
-                        pad_id=smol_tokenizer.pad_token_id)
+                        pad_id=smol_tokenizer.pad_token_id,
+                        decode=lambda ids: smol_tokenizer.decode(ids, skip_special_tokens=True))
     a = {k: getattr(batch, k) for k in ("student_ids", "student_mask", "teacher_ids", "teacher_mask",
                                         "response_mask", "has_skill", "advantages")}
     P, Pt, R = batch.prompt_len, batch.teacher_prompt_len, batch.response_len
@@ -186,6 +188,56 @@ def test_batch_advantages_by_hand(penalty_mode, want, smol_tokenizer):
     for key, row in got.items():
         np.testing.assert_allclose(row[:2], want[key], rtol=1e-5, err_msg=str(key))
         assert not np.any(row[2:]), key
+
+
+# A byte-level vocabulary written out: token -> bytes (the end token decodes to nothing, 8 and 9
+# are the two bytes of "é", so token by token decoding does not add up to the text).
+BYTE_VOCAB = {1: b"<think>", 2: b"go left", 3: b"</think>", 4: b"<action>", 5: b"go to desk 1", 6: b"</action>",
+              7: b"", 8: b"\xc3", 9: b"\xa9", 10: b" ", 11: b"<think>oops"}
+
+
+def _byte_decode(ids):
+    return b"".join(BYTE_VOCAB[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def _opd_step(ids, valid):
+    return StepSample([5, 6], ids, [-1.0] * len(ids), _byte_decode(ids), "Your task is to: t", "obs", valid, 0.0)
+
+
+# (response ids, valid) -> the OPD mask by hand (opd.mask = action): 1 on the valid step's
+# tokens with a character outside <think>...</think>, the end token included; 0 on the thinking
+# and on every token of an invalid step.
+OPD_CASES = [
+    (([1, 2, 3, 4, 5, 6, 7], True), [0, 0, 0, 1, 1, 1, 1]),  # thinking, then the action
+    (([1, 2, 3, 4, 5, 6], False), [0, 0, 0, 0, 0, 0]),  # invalid-action step
+    (([4, 5, 6, 7], True), [1, 1, 1, 1]),  # no thinking
+    (([1, 8, 9, 3, 10, 4, 5, 6], True), [0, 0, 0, 0, 1, 1, 1, 1]),  # "é" split over two tokens in thinking
+    (([4, 5, 6, 11], True), [1, 1, 1, 0]),  # a late thinking opener: the rest is thinking
+]
+
+
+def test_opd_mask_is_the_valid_action_tokens_by_hand():
+    """opd.mask = action (default): the OPD mask of a batch with a thinking span, an invalid-action
+    step, a multi-byte character split over tokens, checked against the masks written by hand;
+    opd.mask = response keeps every response token (the old behaviour)."""
+    for (ids, valid), want in OPD_CASES:
+        assert action_token_mask(ids, valid, _byte_decode).tolist() == want, (ids, valid)
+    trajs = [Trajectory(f"t{i}", 0, f"t{i}", "t", [_opd_step(ids, valid)], 0.0, False)
+             for i, ((ids, valid), _) in enumerate(OPD_CASES)]
+    skills = {t.traj_id: "Always read the whole observation before choosing the next action." for t in trajs}
+    settings = BatchSettings(64, 8, max_teacher_prompt_tokens=256)
+    encode = lambda text: [3] * len(text.split())  # noqa: E731
+    batch = build_batch(trajs, skills, encode, settings, pad_id=0, decode=_byte_decode)
+    R = batch.response_len
+    want = np.array([w + [0] * (R - len(w)) for _, w in OPD_CASES], np.float32)
+    np.testing.assert_array_equal(batch.opd_mask, want)
+    sb = batch.to_seed_batch(np.zeros((len(trajs), R), np.float32))
+    np.testing.assert_array_equal(sb.opd_mask, want)  # the step gets it with the teacher twins
+    assert batch.to_seed_batch(sb.old_logp, with_teacher_ids=False).opd_mask is None  # no OPD, no mask
+    old = build_batch(trajs, skills, encode, dataclasses.replace(settings, opd_mask="response"), pad_id=0)
+    np.testing.assert_array_equal(old.opd_mask, old.response_mask)
+    with pytest.raises(ValueError, match="decode"):
+        build_batch(trajs, skills, encode, settings, pad_id=0)
 
 
 def test_env_error_trajectories_are_excluded_from_the_batch(tiny_policy, smol_tokenizer):

@@ -348,13 +348,26 @@ def test_analyzer_prompt_contents():
         assert found > pos, f"step {i + 1} block missing or out of order"
         pos = found
     assert "You won!" in text
-    for number in ("3.75", "0.125", "reward", "penalty"):
-        assert number not in text.lower()
+    # each step's reward r_t (and the penalty where charged), the final reward R(tau) in the header
+    rewards = [line for line in text.split("\n") if line.startswith("Reward: ")]
+    assert rewards == ["Reward: 0", "Reward: 0, invalid-action penalty 0.125", "Reward: 3.75"]
+    assert "## Outcome\nSUCCESS: the agent completed the task.\nFinal reward: 3.75\n" in text
     assert '"episode_summary"' in text and '"episode_skill"' in text and "ONE JSON object" in text
     fail = build_analyzer_prompt(make_traj(won=False))
     assert "FAILURE" in fail and "avoidance rule" in fail and "workflow" not in fail
     # the threshold overrides the won flag
     assert "FAILURE" in build_analyzer_prompt(traj, success_threshold=10.0)
+
+
+def test_webshop_partial_score_reaches_the_analyzer():
+    """A WebShop episode bought a product matching 0.625 of the goal: reward 0 (not a full match),
+    but x_tau shows the task score, also when the budget cuts the trajectory."""
+    traj = make_traj(won=False, n_steps=8, obs_len=1000)
+    traj.info["score"] = 0.625
+    for budget in (None, 3000):
+        text = build_analyzer_prompt(traj, max_chars=budget)
+        assert "## Outcome\nFAILURE: the agent did not complete the task.\nFinal reward: 0 (task score 0.625 of 1)" \
+            in text
 
 
 def test_analyzer_prompt_budget_cuts_the_middle_steps_first():

@@ -146,11 +146,12 @@ def _row_logp(logits_row, ids_row, start):
     return jnp.sum(onehot * logq, -1), -jnp.sum(jnp.exp(logq) * logq, -1)
 
 
-def reference_loss(p, b, teacher_params, gate_logp, tc):
+def reference_loss(p, b, teacher_params, gate_logp, tc, opd_mask=None):
     """Hand-written per-row loss, vmapped over rows, summed, / N (docs/METHOD.md §3.8):
-    per token pg - c_ent H + c_kl k3 + lambda has_skill g (t - l)."""
+    per token pg - c_ent H + c_kl k3 + lambda has_skill m_opd g (t - l) (m_opd: ``opd_mask``,
+    1 on every token when None)."""
 
-    def row(sid, smask, tid, tmask, a, old, ref, m, skill, gl):
+    def row(sid, smask, tid, tmask, a, old, ref, m, skill, gl, om):
         l, ent = _row_logp(decoder.forward(p, CFG, sid[None], smask[None])[0], sid, P)
         t, _ = _row_logp(decoder.forward(teacher_params, CFG, tid[None], tmask[None])[0], tid, Pt)
         rho = jnp.exp(l - old)
@@ -159,12 +160,13 @@ def reference_loss(p, b, teacher_params, gate_logp, tc):
         d = ref - l
         k3 = jnp.clip(jnp.exp(d) - d - 1, -10, 10)
         gate = 1.0 / (1.0 + jnp.exp(-tc.beta_opd * (jax.lax.stop_gradient(t) - gl)))
-        tok = pg - tc.c_ent * ent + tc.c_kl * k3 + tc.lambda_opd * skill * gate * (t - l)
+        tok = pg - tc.c_ent * ent + tc.c_kl * k3 + tc.lambda_opd * skill * om * gate * (t - l)
         return jnp.sum(jnp.where(m > 0, tok, 0.0))
 
     keys = ("student_ids", "student_mask", "teacher_ids", "teacher_mask", "advantages",
             "old_logp", "ref_logp", "response_mask", "has_skill")
-    per_row = jax.vmap(row)(*(getattr(b, k) for k in keys), gate_logp)
+    om = jnp.ones_like(b.response_mask) if opd_mask is None else opd_mask
+    per_row = jax.vmap(row)(*(getattr(b, k) for k in keys), gate_logp, om)
     return jnp.sum(per_row) / b.response_mask.sum()
 
 
@@ -191,6 +193,24 @@ def test_seed_gradient_equals_handwritten_reference(params, batch):
     loss_o, _, grads_o = jax.jit(lambda p, bb: seed_loss_and_grads(p, bb, CFG, tco))(params, tb)
     np.testing.assert_allclose(float(loss_o), float(ref_loss), rtol=1e-5)
     assert_trees_close(grads_o, ref_grads, atol=2e-6, rtol=1e-4)
+
+
+def test_opd_acts_only_on_the_batch_opd_mask(params, batch):
+    """``batch.opd_mask`` (opd.mask = action: the valid steps' action tokens) limits the OPD
+    term to its tokens; policy gradient, entropy and KL keep every response token and N."""
+    b = batch
+    rng = np.random.default_rng(3)
+    om = (b.response_mask * (rng.random(b.response_mask.shape) < 0.5)).astype(np.float32)
+    mb = b.replace(opd_mask=om)
+    tc = TC.replace(micro_batch_size=4)
+    loss, _, grads = jax.jit(lambda p, bb: seed_loss_and_grads(p, bb, CFG, tc))(params, mb)
+    gate_logp = compute_logprobs(params, CFG, b.student_ids, b.student_mask, P, R, B)
+    ref_loss, ref_grads = jax.jit(jax.value_and_grad(
+        lambda p: reference_loss(p, b, params, gate_logp, TC, opd_mask=om)))(params)
+    np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
+    assert_trees_close(grads, ref_grads, atol=2e-6, rtol=1e-4)
+    full = float(reference_loss(params, b, params, gate_logp, TC))
+    assert abs(full - float(ref_loss)) > 1e-4  # the mask moves the loss: the check above can fail
 
 
 @pytest.mark.slow

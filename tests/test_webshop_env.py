@@ -426,7 +426,7 @@ def test_factory_is_picklable_and_tasks_serialisable(catalog_file):
     tasks = load_goals(catalog_file, ATTR_PATH, split="test", limit=5)
     assert json.loads(json.dumps(tasks)) == tasks
     assert [t["goal_index"] for t in tasks] == [0, 1, 2, 3, 4]
-    assert set(tasks[0]) == {"task_id", "goal_index", "asin", "instruction", "split"}
+    assert set(tasks[0]) == {"task_id", "goal_index", "asin", "instruction", "category", "split"}
     assert len(load_goals(catalog_file, ATTR_PATH, split="eval")) == 1000
     obs, info = env.reset(tasks[2])
     assert tasks[2]["instruction"] in obs and env.task_description == tasks[2]["instruction"]

@@ -118,14 +118,16 @@ def load_goals(catalog_path: str | os.PathLike | None = None, goals_path: str | 
                split: str = "all", limit: int | None = None,
                human_goals_path: str | os.PathLike | None = None, human_goals: bool = False,
                num_products: int | None = None, seed: int = 233) -> list[dict]:
-    """JSON-serialisable task dicts ``{task_id, goal_index, asin, instruction, split}`` of a split."""
+    """JSON-serialisable task dicts ``{task_id, goal_index, asin, instruction, category, split}`` of
+    a split (``category``: the goal product's category, the skill bank's task group)."""
     if split not in SPLITS:
         raise ValueError(f"unknown WebShop split {split!r}; expected one of {sorted(SPLITS)}")
     catalog, _ = get_site(catalog_path, goals_path, human_goals_path, human_goals, num_products, seed)
     lo, hi = SPLITS[split]
     idxs = range(lo, min(hi if hi is not None else len(catalog.goals), len(catalog.goals)))
     tasks = [{"task_id": f"webshop/{i}", "goal_index": i, "asin": catalog.goals[i].asin,
-              "instruction": catalog.goals[i].instruction_text, "split": split} for i in idxs]
+              "instruction": catalog.goals[i].instruction_text, "category": catalog.goals[i].category,
+              "split": split} for i in idxs]
     return tasks[:limit] if limit is not None else tasks
 
 

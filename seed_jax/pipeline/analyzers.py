@@ -29,7 +29,7 @@ from seed_jax.metrics import StageProgress
 from seed_jax.pipeline.annotator import OpenAIChat, annotate_many
 from seed_jax.pipeline.heuristic_annotator import heuristic_skill
 from seed_jax.pipeline.skill_bank import SkillBank
-from seed_jax.rollout.analyzer import analyze_trajectories
+from seed_jax.rollout.analyzer import analyze_trajectories, fit_analyzer_prompt
 from seed_jax.rollout.policy import Policy
 from seed_jax.rollout.trajectory import Trajectory
 from seed_jax.skills import SkillParse, parse_skill, render_analyzer_prompt
@@ -66,7 +66,9 @@ class AnalysisContext:
     """What an analyzer may use. ``policy`` (a `seed_jax.rollout.policy.Policy`, theta_old in RL)
     for ``self`` (sampling with the `seed_jax.sampling.SamplerSpec` ``sampler``); ``bench`` (its
     ``scripted_answer``) for ``scripted``; ``bank`` and ``tasks``
-    (task_id -> task dict) for ``static``; ``seed`` / ``update`` seed ``shuffled``."""
+    (task_id -> task dict) for ``static``; ``seed`` / ``update`` seed ``shuffled``;
+    ``encode_prompt`` (the policy's prompt encoder, the one the stage-1 SFT reads x_tau with)
+    budgets x_tau in tokens for every analyzer (`prompt`)."""
 
     success_threshold: float
     max_prompt_tokens: int
@@ -80,6 +82,7 @@ class AnalysisContext:
     seed: int = 0
     update: int = 0
     sampler: object = None
+    encode_prompt: Callable[[str], list[int]] | None = None
 
     @property
     def max_prompt_chars(self) -> int:
@@ -87,7 +90,14 @@ class AnalysisContext:
         return 3 * self.max_prompt_tokens
 
     def prompt(self, traj: Trajectory) -> tuple[str, bool]:
-        """``(x_tau, cut)`` at the character budget (analyzers without a tokenizer)."""
+        """``(x_tau, cut)`` within ``max_prompt_tokens`` tokens of ``encode_prompt``
+        (`fit_analyzer_prompt`, as the ``self`` analyzer does), so that the SFT's left cut at the
+        same budget never reaches the header (task, outcome); without an encoder, at the
+        character budget ``max_prompt_chars``."""
+        if self.encode_prompt is not None:
+            text, _, cut = fit_analyzer_prompt(traj, self.encode_prompt, self.success_threshold,
+                                               self.max_prompt_tokens)
+            return text, cut
         return render_analyzer_prompt(traj, self.success_threshold, max_chars=self.max_prompt_chars)
 
     def prompts(self, trajs: Sequence[Trajectory]) -> tuple[dict[str, str], frozenset[str]]:

@@ -28,6 +28,7 @@ Per update ``u`` (everything seeded by ``(config.seed, u)``, so a resumed run re
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -256,11 +257,11 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
     ctx = AnalysisContext(success_threshold=run.bench.spec.success_threshold,
                           max_prompt_tokens=c.analysis.max_prompt_tokens, max_new_tokens=c.analysis.max_new_tokens,
                           batch_size=c.analysis.batch_size, bench=run.bench, bank=bank, tasks=train_tasks, seed=c.seed,
-                          sampler=settings.sampler)
+                          sampler=settings.sampler, encode_prompt=policy.encode_prompt)
     batch_settings = BatchSettings(
         max_prompt_tokens=c.rollout.max_prompt_tokens, max_response_tokens=c.rollout.max_response_tokens,
         max_teacher_prompt_tokens=c.rollout.max_teacher_prompt_tokens, advantage_mode=c.rl.advantage_mode,
-        penalty_mode=c.rl.penalty_mode)
+        penalty_mode=c.rl.penalty_mode, opd_mask=c.opd.mask)
     micro = c.train.micro_batch_size
     state = create_sharded_state(policy.params, tc, mesh, rng=c.seed)
     # the state holds its own copy and ref_params what the KL needs (often these very buffers)
@@ -319,7 +320,8 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
                     trajs, skills, batch_settings, encode_prompt=old.encode_prompt, pad_id=old.pad_id,
                     model_cfg=cfg, train_cfg=tc, old_params=old.params, ref_params=ref,
                     with_teacher=run.switches.skill_source != "none", audit_gates=c.rl.audit_gates,
-                    micro_batch_size=micro, mesh=mesh, allow_empty=jax.process_count() > 1)
+                    micro_batch_size=micro, mesh=mesh, allow_empty=jax.process_count() > 1,
+                    decode=functools.partial(old.tokenizer.decode, skip_special_tokens=True))
                 del ref
             release_free_memory()  # the scoring passes' buffers (and a reference read for them)
             with timer("train"):

@@ -107,6 +107,12 @@ def load_policy(config, path: str | Path | None = None, mesh=None) -> Policy:
     return Policy.of(_with_attention(model, m), load_tokenizer(path if path is not None else (m.tokenizer or m.path)))
 
 
+def load_policy_tokenizer(config):
+    """The tokenizer `load_policy` gives the config's base model (no weights loaded)."""
+    m = config.model
+    return load_tokenizer(m.tokenizer if m.random_init else (m.tokenizer or m.path))
+
+
 def _with_attention(model: Model, m) -> Model:
     """The model with the run's attention implementation (``model.attention``)."""
     return dataclasses.replace(model, config=model.config.replace(attention=m.attention))

@@ -21,6 +21,7 @@ from seed_jax.pipeline.multihost import gather_lines, host_share, to_global
 from seed_jax.pipeline.run import Run
 from seed_jax.pipeline.runtime import (
     load_policy,
+    load_policy_tokenizer,
     make_pool,
     rollout_settings,
     sampler_spec,
@@ -28,6 +29,7 @@ from seed_jax.pipeline.runtime import (
     sft_rows,
     sft_train_config,
 )
+from seed_jax.rollout.loop import make_prompt_encoder
 from seed_jax.rollout.trajectory import read_trajectories, write_trajectories
 from seed_jax.skills import SkillRecord, read_skill_records, write_skill_records
 from seed_jax.train.batch import SftBatch
@@ -84,8 +86,11 @@ def annotate_stage(run: Run, mesh) -> dict:
     log_name = "annotations.jsonl" if jax.process_count() == 1 else f"annotations.host{jax.process_index()}.jsonl"
     thr = run.bench.spec.success_threshold
     policy = load_policy(c, mesh=mesh) if c.stage1.analyzer == "self" else None
+    # every annotator budgets x_tau in the tokens of the policy the SFT trains (its left cut then spares the header)
+    encode = policy.encode_prompt if policy is not None else make_prompt_encoder(load_policy_tokenizer(c))
     ctx = AnalysisContext(success_threshold=thr, max_prompt_tokens=c.analysis.max_prompt_tokens,
                           max_new_tokens=c.stage1.max_answer_tokens, batch_size=c.analysis.batch_size, policy=policy,
+                          encode_prompt=encode,
                           bench=run.bench, seed=c.seed, sampler=sampler_spec(c),
                           openai={"base_url": c.stage1.openai_base_url, "model": c.stage1.openai_model,
                                   "api_key_env": c.stage1.openai_api_key_env, "max_repairs": c.stage1.max_repairs,

@@ -104,7 +104,8 @@ def empty_seed_batch(train_cfg: TrainConfig) -> SeedBatch:
                      has_skill=np.zeros((0,), np.float32), old_logp=zeros,
                      ref_logp=zeros if tc.c_kl > 0 else None, teacher_ids=ids if twin else None,
                      teacher_mask=ids if twin else None,
-                     teacher_logp=zeros if tc.use_teacher and tc.teacher_from_old else None)
+                     teacher_logp=zeros if tc.use_teacher and tc.teacher_from_old else None,
+                     opd_mask=zeros if tc.use_teacher else None)
 
 
 def build_update_batch(
@@ -123,13 +124,15 @@ def build_update_batch(
     micro_batch_size: int,
     mesh=None,
     allow_empty: bool = False,
+    decode: Callable[[list[int]], str] | None = None,
 ) -> UpdateBatch:
     """The update's `UpdateBatch` (module docstring). ``with_teacher``: build the teacher twins
     (a method with skills); the step gets ``teacher_ids`` only when it runs a teacher pass.
     With a ``mesh`` the log-prob passes run sharded (rows over ('data', 'fsdp'), parameters by
     the rules, `seed_jax.train.logprobs.make_logprob_pass`). ``allow_empty`` (several hosts):
     without any trajectory to train on, the batch has no rows (`empty_seed_batch`) and the host
-    contributes masked padding rows to every step.
+    contributes masked padding rows to every step. ``decode`` (response ids -> text, as the
+    rollout decodes) finds the action tokens of ``settings.opd_mask == "action"``.
 
     Several hosts sharing ``mesh`` run every pass together (`compute_logprobs`): each widens its
     rows to the common prompt / response lengths (`common_max`), a host without rows takes part
@@ -140,7 +143,7 @@ def build_update_batch(
     if empty and not together:
         return UpdateBatch(empty_seed_batch(tc), [], [], {})
     samples = None if empty else build_batch(trajectories, skills, encode_prompt, settings, pad_id=pad_id,
-                                             with_teacher=with_teacher or tc.use_teacher)
+                                             with_teacher=with_teacher or tc.use_teacher, decode=decode)
     P, Pt, R = (1, 1, 1) if empty else (samples.prompt_len, samples.teacher_prompt_len or 1, samples.response_len)
     n_skill = 0 if empty else int(samples.has_skill.sum())
     twins = not empty and samples.teacher_ids is not None

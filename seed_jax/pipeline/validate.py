@@ -21,6 +21,7 @@ from seed_jax.pipeline.methods import METHODS, needs_skill_bank
 from seed_jax.pipeline.ppo import host_split_error
 from seed_jax.pipeline.preflight import preflight_problems
 from seed_jax.pipeline.runtime import train_config
+from seed_jax.rollout.batch import OPD_MASKS
 from seed_jax.sampling import BACKENDS
 from seed_jax.train.mesh import mesh_shape
 
@@ -93,6 +94,8 @@ def validate(config, hosts: int = 1) -> None:
         bad("rl.advantage_mode", f"must be one of {sorted(ADVANTAGE_ESTIMATORS)}")
     if config.rl.penalty_mode not in PENALTY_MODES:
         bad("rl.penalty_mode", f"must be one of {PENALTY_MODES}")
+    if config.opd.mask not in OPD_MASKS:
+        bad("opd.mask", f"must be one of {' | '.join(OPD_MASKS)}")
     if config.rollout.max_teacher_prompt_tokens < config.rollout.max_prompt_tokens:
         bad("rollout.max_teacher_prompt_tokens",
             f"must be >= rollout.max_prompt_tokens ({config.rollout.max_prompt_tokens}): H(h, s) holds h and the skill")

@@ -138,7 +138,8 @@ def seed_batch(tc: TrainConfig, rows: int, s: Shapes, mesh) -> SeedBatch:
                      ref_logp=per_tok if tc.c_kl > 0 else None,
                      teacher_ids=ids(s.teacher_prompt) if teacher else None,
                      teacher_mask=ids(s.teacher_prompt) if teacher else None,
-                     teacher_logp=per_tok if tc.use_teacher and tc.teacher_from_old else None)
+                     teacher_logp=per_tok if tc.use_teacher and tc.teacher_from_old else None,
+                     opd_mask=per_tok if tc.use_teacher else None)
 
 
 def abstract_state(model_cfg: ModelConfig, tc: TrainConfig, mesh):

@@ -102,7 +102,8 @@ class SeedBatch(RowLayout):
     ``old_logp`` ``[B, R]`` (theta_old on the ordinary prompt). Optional: ``ref_logp``
     ``[B, R]`` (frozen reference; needed when ``c_kl > 0``), ``teacher_ids`` / ``teacher_mask``
     ``[B, Pt + R]`` (``H(h_t, s)`` and the same response; needed for a teacher pass),
-    ``teacher_logp`` ``[B, R]`` (theta_old on the teacher prompt; ``teacher_from_old``).
+    ``teacher_logp`` ``[B, R]`` (theta_old on the teacher prompt; ``teacher_from_old``),
+    ``opd_mask`` ``[B, R]`` (the tokens OPD acts on, ``opd.mask``; None: ``response_mask``).
     """
 
     student_ids: Array
@@ -115,6 +116,7 @@ class SeedBatch(RowLayout):
     teacher_ids: Array | None = None
     teacher_mask: Array | None = None
     teacher_logp: Array | None = None
+    opd_mask: Array | None = None
 
     def validate(self, train_cfg: TrainConfig) -> None:
         """Raise ValueError naming the field when the batch does not fit the step's needs."""
@@ -137,6 +139,7 @@ class SeedBatch(RowLayout):
             "teacher_ids": lambda s: len(s) == 2 and s[0] == B and s[1] > R,
             "teacher_mask": lambda s: self.teacher_ids is not None and s == tuple(self.teacher_ids.shape),
             "teacher_logp": lambda s: s == (B, R),
+            "opd_mask": lambda s: s == (B, R),
         }
         for k, ok in checks.items():
             v = getattr(self, k)
@@ -167,7 +170,7 @@ class SeedBatch(RowLayout):
                                                                     teacher_prompt_len, resp_len),
             "has_skill": self.has_skill,
         }
-        for k in ("response_mask", "advantages", "old_logp", "ref_logp", "teacher_logp"):
+        for k in ("response_mask", "advantages", "old_logp", "ref_logp", "teacher_logp", "opd_mask"):
             out[k] = per_token(getattr(self, k))
         return SeedBatch(**{k: _grow_rows(v, rows) for k, v in out.items()})
 

@@ -9,7 +9,10 @@ response mask and ``N = sum(m)`` over the WHOLE batch (docs/METHOD.md §3.8)::
     L_pg  = sum(m * ppo_dual_clip(l, old_logp, A)) / N        (losses.grpo_policy_loss)
     H     = sum(m * entropy) / N
     KL    = sum(m * kl(l, ref_logp)) / N                      (losses.kl_penalty, kl_kind)
-    L_opd = sum(m * has_skill * g * (sg(t) - l)) / N,  g = sigmoid(beta_opd * sg(t - l))
+    L_opd = sum(m_opd * has_skill * g * (sg(t) - l)) / N,  g = sigmoid(beta_opd * sg(t - l))
+
+with ``m_opd = batch.opd_mask`` (``opd.mask``: by default the valid steps' action tokens,
+`seed_jax.rollout.batch`; ``m`` when the batch has none).
 
 Every term is a token sum divided by the global count, so micro-batches (``lax.scan``) add up
 to the full-batch loss and gradient exactly. The teacher pass runs on
@@ -74,7 +77,7 @@ def seed_micro_loss(params, mb: SeedBatch, n_tokens, model_cfg: ModelConfig, tra
                                               mb.teacher_ids, mb.teacher_mask, mb.teacher_prompt_len, R,
                                               tc.logits_chunk, with_entropy=False, temperature=tc.temperature)
         t_logp = jax.lax.stop_gradient(t_logp)
-        opd_mask = rmask * (mb.has_skill[:, None] != 0)
+        opd_mask = (rmask if mb.opd_mask is None else mb.opd_mask * rmask) * (mb.has_skill[:, None] != 0)
         opd = losses.opd_loss(logp, t_logp, opd_mask, tc.beta_opd, response_mask=rmask)
         terms.append((tc.lambda_opd, opd.loss))
         metrics["opd_loss"] = opd.loss
