@@ -56,7 +56,7 @@ def test_tiny_pipeline_runs_every_stage(env, tmp_path):
         assert (tmp_path / d / "config.json").exists() and (tmp_path / d / "tokenizer_config.json").exists()
     rows = MetricsWriter.read(tmp_path)
     rl_rows = [r for r in rows if "train/loss" in r]
-    assert [r["step"] for r in rl_rows] == list(range(config.rl.num_updates))
+    assert [r["step"] for r in rl_rows] == list(range(1, config.rl.num_updates + 1))  # updates counted from 1
     for r in rl_rows:
         for k in ("train/loss", "train/pg_loss", "train/opd_loss", "train/kl", "train/grad_norm", "rollout/success_rate"):
             assert k in r and r[k] is not None and math.isfinite(r[k]), k
@@ -70,7 +70,7 @@ def test_tiny_pipeline_runs_every_stage(env, tmp_path):
     skills = [json.loads(line) for line in (tmp_path / "skills.jsonl").read_text().splitlines()]
     assert skills and all({"traj_id", "outcome", "gate"} <= set(s) for s in skills)
     # the RL callback saw every update, with what the run's own writers wrote
-    assert [r.update for r in records] == list(range(config.rl.num_updates))
+    assert [r.update for r in records] == list(range(1, config.rl.num_updates + 1))
     for rec, row in zip(records, rl_rows):
         assert rec.metrics["train/loss"] == pytest.approx(row["train/loss"])
         assert {t.traj_id for t in rec.trajectories} >= {s["traj_id"] for s in skills if s["update"] == rec.update}

@@ -100,7 +100,7 @@ def test_run_in_a_bucket_writes_there_and_resumes_from_it(bucket, caplog):
         assert f in files, f
     assert any(f.startswith("tb/events.out.tfevents") for f in files)
     assert json.loads((run / "config.json").read_text())["rl"]["num_updates"] == 2
-    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl") if "train/loss" in r] == [0, 1]
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl") if "train/loss" in r] == [1, 2]
 
     # config.json is read back: a key that changes results is refused
     changed = _config(2)
@@ -111,10 +111,10 @@ def test_run_in_a_bucket_writes_there_and_resumes_from_it(bucket, caplog):
     # a raised rl.num_updates continues from the bucket's checkpoint, appending to its logs
     caplog.clear()
     run_pipeline(_config(3), WORKDIR)
-    assert "RL: resumed from checkpoint 1 (next update 2)" in caplog.text
+    assert "RL: resumed from checkpoint 2 (next update 3)" in caplog.text  # checkpoint n: after update n
     rows = read_jsonl(run / "metrics.jsonl")
-    assert [r["step"] for r in rows if "train/loss" in r] == [0, 1, 2]
-    assert sorted({r["update"] for r in read_jsonl(run / "rl" / "transcripts.jsonl")}) == [0, 1, 2]
+    assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3]
+    assert sorted({r["update"] for r in read_jsonl(run / "rl" / "transcripts.jsonl")}) == [1, 2, 3]
     assert json.loads((run / "stages" / "rl.json").read_text())["num_updates"] == 3
 
 

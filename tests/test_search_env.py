@@ -622,6 +622,7 @@ def test_paper_preset_loads_the_seven_eval_splits_and_train_from_the_layout(tmp_
 
     questions = _write_layout(tmp_path)
     c = _search_config("paper", str(tmp_path))
+    c.stage1.analyzer = "self"  # the paper's annotator endpoint is not what this test is about
     validate(c)
     check_inputs(c)
     bench = make_benchmark(c.env)

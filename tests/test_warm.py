@@ -61,7 +61,8 @@ RUN = textwrap.dedent("""
     tok = np.ones((B, R), np.float32)
     batch = SeedBatch(student_ids=ids(P), student_mask=ids(P), response_mask=tok, advantages=tok,
                       has_skill=np.ones((B,), np.float32), old_logp=tok, ref_logp=tok if tc.c_kl > 0 else None,
-                      teacher_ids=ids(Pt), teacher_mask=ids(Pt), teacher_logp=None)
+                      teacher_ids=ids(Pt), teacher_mask=ids(Pt), teacher_logp=None,
+                      opd_mask=tok)  # the run's batch carries the OPD mask whenever the step takes OPD
     state, _ = make_train_step(policy.config, tc, mesh)(state, batch)
     jax.block_until_ready(state.params)
     print("run done")
