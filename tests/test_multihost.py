@@ -27,7 +27,7 @@ def test_two_process_rl_stage(tmp_path):
     assert (tmp_path / "rl" / "final_model" / "model.safetensors").exists()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "train/loss" in r]
-    assert [r["step"] for r in train] == [0, 1]
+    assert [r["step"] for r in train] == [1, 2]
     # each host rolled out its own share: 2 tasks x 2 rollouts per update, one task per host;
     # the global batch holds both hosts' rows, so the token count exceeds one host's responses
     for r in train:
@@ -47,7 +47,7 @@ def test_a_host_without_tasks_trains_on_padding_rows(tmp_path):
     _launch(tmp_path, *RL_FLAGS, "--config.rl.tasks_per_update=1", "--config.sampler.backend=scan")
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "train/loss" in r]
-    assert [r["step"] for r in train] == [0, 1]
+    assert [r["step"] for r in train] == [1, 2]
     for r in train:
         assert math.isfinite(r["train/loss"]) and r["train/optimizer_steps"] >= 1
         assert r["rollout/trajectories"] == 2  # host 0 (which writes the metrics): 1 task x 2 rollouts

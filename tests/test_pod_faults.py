@@ -32,28 +32,28 @@ def assert_same_weights(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> N
 @pytest.mark.slow
 def test_a_checkpoint_one_host_cannot_read_sends_every_host_to_the_older_step(tmp_path):
     """The train state is split over the two hosts (fsdp 2), so each host reads only the shards
-    it wrote (``ocdbt.process_<i>``). Step 1's shards of host 1 are deleted: host 1 cannot read
-    step 1, host 0 can. Both resume from step 0 (saying why) and the final weights equal those of
-    an uninterrupted 3-update run, which is what a run that never had step 1 computes."""
+    it wrote (``ocdbt.process_<i>``). Step 2's shards of host 1 are deleted: host 1 cannot read
+    step 2, host 0 can. Both resume from step 1 (saying why) and the final weights equal those of
+    an uninterrupted 3-update run, which is what a run that never had step 2 computes."""
     flags = (*RL, "--config.mesh.data=1", "--config.mesh.fsdp=2")
     launch(tmp_path / "ref", *flags, "--config.rl.num_updates=3")
     run = tmp_path / "run"
-    launch(run, *flags, "--config.rl.num_updates=2")  # checkpoints 0 and 1
-    shards = list((run / "rl" / "ckpt" / "1" / "state" / "ocdbt.process_1" / "d").iterdir())
+    launch(run, *flags, "--config.rl.num_updates=2")  # checkpoints 1 and 2 (after updates 1, 2)
+    shards = list((run / "rl" / "ckpt" / "2" / "state" / "ocdbt.process_1" / "d").iterdir())
     assert shards, "host 1 wrote no shard files of its own"
     for f in shards:
         f.unlink()
     # a raised num_updates reopens RL; hosts that disagree on the step can hang: bounded wait
     outs = launch(run, *flags, "--config.rl.num_updates=3", timeout=420)
     for out in outs:
-        assert "resuming from step 0" in out and "host 1 could not verify step 1" in out, out[-3000:]
-        assert "RL: resumed from checkpoint 0 (next update 1)" in out, out[-3000:]
+        assert "resuming from step 1" in out and "host 1 could not verify step 2" in out, out[-3000:]
+        assert "RL: resumed from checkpoint 1 (next update 2)" in out, out[-3000:]
     assert_same_weights(final_weights(run), final_weights(tmp_path / "ref"))
 
 
 @pytest.mark.slow
 def test_sigterm_to_every_host_mid_rl_saves_stops_and_the_relaunch_finishes_identically(tmp_path):
-    """SIGTERM to both hosts once update 0's metrics are written (update 1 under way): both save
+    """SIGTERM to both hosts once update 1's metrics are written (update 2 under way): both save
     and stop at the same update within 60 s, exit 0, print the preempted line, RL unfinished; the
     relaunch resumes there and ends with the weights of an uninterrupted 4-update run."""
     flags = (*RL, "--config.rl.num_updates=4")
@@ -78,7 +78,7 @@ def test_sigterm_to_every_host_mid_rl_saves_stops_and_the_relaunch_finishes_iden
     assert all(stops) and stops[0] == stops[1], [out[-3000:] for out in outs]
     assert took < 60, f"the hosts took {took:.0f} s to stop"
     update = int(stops[0][0].split()[3].rstrip(";"))
-    assert update < 3 and not (run / "rl" / "final_model").exists()
+    assert update < 4 and not (run / "rl" / "final_model").exists()  # updates 1..4; 4 is the last
     assert not (run / "stages" / "rl.json").exists()
     outs = launch(run, *flags)
     for out in outs:
