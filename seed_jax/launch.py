@@ -146,12 +146,13 @@ def run_pipeline(config, workdir, stages=None, rl_callbacks=(), *, preset: str |
             print(f"  {p.stage:9s} {p.action:7s} {p.why}")
         check_plan(config, plan, dry_run=True)
         return {p.stage: {"plan": p.action, "why": p.why} for p in stage_list}
-    change = record_config_change(relaunch, config, workdir)  # config.history.jsonl keeps the old one
-    if change:
-        log.warning("%s (%s keeps the config it replaced; config.json updated)", change[1], CONFIG_HISTORY)
     setup_xla(config, workdir)  # flags and compilation cache: before any JAX work
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU multi-process collectives
     maybe_initialize_distributed()
+    # after the distributed start (it asks jax.process_index(), which starts the backend):
+    change = record_config_change(relaunch, config, workdir)  # config.history.jsonl keeps the old one
+    if change:
+        log.warning("%s (%s keeps the config it replaced; config.json updated)", change[1], CONFIG_HISTORY)
     watch_caller(config.run.stall_timeout_s)  # a stall of this host ends it (exit 3) while run_pipeline runs
     validate(config, hosts=jax.process_count())  # the host count is known once distributed is up
     check_mesh(config, jax.device_count(), jax.process_count(), interconnect_devices(jax.devices(), jax.process_count()))
