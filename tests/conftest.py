@@ -89,3 +89,13 @@ def official_webshop_dir(root: Path) -> Path:
                      "instruction_options": []}] for asin, v in attrs.items() if v.get("instruction")}
     (root / "items_human_ins.json").write_text(json.dumps(human), encoding="utf-8")
     return root
+
+
+def pytest_collection_modifyitems(config, items):
+    """Test tiers (CONTRIBUTING.md): a test marked ``integration`` (whole pipelines, subprocess
+    launches, several processes, installs: by its module's ``pytestmark`` or its own marker) or
+    ``slow`` keeps its mark; every other test is ``unit``, so ``-m unit`` selects the tier run
+    before each commit and ``-m "not slow"`` (CI, the README) both tiers."""
+    for item in items:
+        if item.get_closest_marker("integration") is None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.unit)

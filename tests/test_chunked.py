@@ -20,6 +20,8 @@ from seed_jax.pipeline.chunked import chunk_size, read_part
 from seed_jax.rollout.trajectory import StepSample, Trajectory
 from seed_jax.train.preemption import Preempted
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 REPO = Path(__file__).resolve().parents[1]
 TASKS, CHUNK = 6, 2  # collect: 6 tasks x 2 episodes (the tiny preset's group), one task (2 episodes) per chunk
 

@@ -17,6 +17,8 @@ from safetensors import safe_open
 from seed_jax.models import load_model, save_model, save_tokenizer
 from tests.conftest import tiny_hf_model
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 REPO = Path(__file__).resolve().parents[1]
 # a base model's generation defaults (EOS ids of a chat model, sampling defaults) to carry through
 BASE_GENERATION = {"bos_token_id": 1, "eos_token_id": [2, 7], "pad_token_id": 2, "do_sample": True,

@@ -530,6 +530,7 @@ def test_stage0_bc_beats_a_random_policy(tmp_path):
     assert s["eval_invalid_rate"] < 0.2
 
 
+@pytest.mark.integration
 def test_stage0_starts_from_a_pretrained_model(tmp_path, smol_tokenizer):
     """``stage0.init`` = a HF directory (the gpu preset's path, here a tiny random llama over
     SmolLM2's tokenizer): stage 0 clones on that model's own tokenizer from its weights (checked
@@ -570,6 +571,7 @@ def _leaf(params, shape):
     return leaves[0]
 
 
+@pytest.mark.integration
 def test_ci_study_end_to_end(tmp_path):
     """The ci preset of the study (about 2-3 minutes on 2 cores) runs every stage and arm through
     the pipeline; it is the fast-tier guard of `bench/household_study.py`."""

@@ -22,6 +22,8 @@ from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.run import ConfigChangedError, check_relaunch, stage_plan, write_config
 from seed_jax.pipeline.validate import ConfigValueError, check_inputs, check_retriever
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = f"--config={REPO / 'configs' / 'search.py'}:tiny"
 

@@ -60,6 +60,8 @@ from seed_jax.train.state import create_sharded_state
 from seed_jax.train.step import make_train_step
 from seed_jax.train.synthetic import random_params, synthetic_seed_batch, tiny_config
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 STAGES = ("collect", "annotate", "sft", "rl", "eval")
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from _multihost import REPO, free_port, host_env, launch
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 RL_FLAGS = ("--config.method=seed_no_sft", "--config.rl.num_updates=2", "--stages=rl,eval")
 
 

@@ -16,6 +16,8 @@ import pytest
 
 from seed_jax.pipeline.validate import ConfigValueError, validate
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -16,6 +16,8 @@ import pytest
 
 from seed_jax.plan import hlo
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Two nested loops: the outer one has no known_trip_count (j = 2; j <= 4: 3 trips, as XLA:TPU

@@ -30,6 +30,8 @@ from orbax.checkpoint._src.path import gcs_utils
 from seed_jax.jsonl import append_jsonl, read_jsonl, repair_torn_tail
 from seed_jax.paths import local_copy, run_path, staged_dir, write_text_atomic
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 WORKDIR = "gs://b/run"
 
 

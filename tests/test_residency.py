@@ -20,6 +20,8 @@ from seed_jax.pipeline.residency import PHASES, Residency, _union_bytes, phase_b
 from seed_jax.sampling import SamplerSpec
 from seed_jax.train.config import TrainConfig
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 REPO = Path(__file__).resolve().parents[1]
 
 CFG = ModelConfig(model_type="llama", vocab_size=256, hidden_size=32, intermediate_size=64, num_layers=2,

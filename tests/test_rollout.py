@@ -62,6 +62,7 @@ def _webshop():
 ENVS = {"search": _search, "alfworld": _alfworld, "webshop": _webshop}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(ENVS))
 def test_rollout_analysis_batch_end_to_end(name, tiny_policy, smol_tokenizer):
     """References: the prompt ids against SmolLM2's chat layout written out (`chatml`), left-cut
@@ -254,6 +255,7 @@ def test_env_error_trajectories_are_excluded_from_the_batch(tiny_policy, smol_to
         build_batch([trajs[1]], {}, make_prompt_encoder(smol_tokenizer), BatchSettings(64, 8), pad_id=0)
 
 
+@pytest.mark.integration
 def test_waves_give_the_same_episodes_as_one_batch(tiny_policy, smol_tokenizer, monkeypatch):
     """Reference: the same rollout with every live episode in one `generate` call. Sampling at
     temperature 1 draws per episode (its slot names its random stream), so cutting the live
@@ -327,6 +329,7 @@ def test_host_shares_give_the_same_episodes_as_one_run(tiny_policy, smol_tokeniz
 
 
 
+@pytest.mark.integration
 def test_a_waves_env_steps_run_while_the_next_wave_generates(tiny_policy, smol_tokenizer, monkeypatch):
     """Each turn's waves of 2 rows, each env step made to last 1 s: wave k + 1's `generate`
     starts before wave k's step has ended (steps in one call per wave, run in the background;

@@ -26,6 +26,8 @@ from seed_jax.sampling import SamplerSpec, generate, prefill_chunks, prefill_que
 from tests.conftest import TINY_KINDS
 from tests.test_sampling import _hf_greedy
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 PROMPTS = [[5, 17, 33, 90, 12, 7, 8, 44, 61], [9, 100, 3], [70, 71, 72, 73, 74, 75],
            [3, 4, 5, 6], [88, 12, 41, 9, 9, 10, 11], [60]]
 NEW = 14

@@ -148,6 +148,7 @@ def sft_step_with_fill_rows(mesh) -> dict:
     return out
 
 
+@pytest.mark.integration
 def test_eight_device_step_equals_one_device(tmp_path):
     out = tmp_path / "sharded.npz"
     repo = str(Path(__file__).resolve().parents[1])  # the script imports this checkout's seed_jax

@@ -21,6 +21,8 @@ from seed_jax.configs.search import get_config
 from seed_jax.plan.analysis import target_hosts, wave_candidates
 from seed_jax.plan.targets import HARDWARE, hardware_key, host_devices_of, native_target
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 REPO = Path(__file__).resolve().parents[1]
 TPU_ENV = {"JAX_PLATFORMS": "", "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"}  # compile only: no chip to share
 

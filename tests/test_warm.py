@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
+
 REPO = Path(__file__).resolve().parents[1]
 # the tiny preset with few sampler buckets: prompts cut to 32 tokens (lengths 16, 24, 32), one
 # task of two episodes per update (rows 1, 2): 6 (prefill, decode) pairs
