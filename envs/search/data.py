@@ -24,7 +24,9 @@ files in FlashRAG's format); the train split ``train.parquet`` or ``train.jsonl`
 The default set (``envs/search/data/``, see SOURCES.md there) is the 100 HotpotQA questions
 of HippoRAG's ``hotpotqa_train.json`` over a corpus of their 994 context paragraphs plus
 1,000 wiki-18 passages of FlashRAG's sample; rebuild it with
-``python -m seed_jax.envs.search.data --build-default ../shared/data/search_qa envs/search/data``.
+``python -m seed_jax.envs.search.data --build-default SRC_DIR envs/search/data``, with ``SRC_DIR`` a
+folder holding HippoRAG's ``hipporag/hotpotqa_train{,_corpus}.json`` and FlashRAG's
+``flashrag/wiki_sample_data.jsonl`` (``$SEED_SEARCH_QA_DATA`` in the development setup).
 """
 
 from __future__ import annotations
@@ -180,7 +182,8 @@ def hotpotqa_corpus_docs(corpus_json: str, id_prefix: str = "hotpotqa-") -> list
 def build_default_set(src_dir: str, out_dir: str = DATA_DIR) -> tuple[int, int]:
     """Write the default corpus (HotpotQA paragraphs + wiki-18 sample) and tasks.
 
-    `src_dir` is ``../shared/data/search_qa``. Returns (num passages, num tasks).
+    `src_dir` holds ``hipporag/hotpotqa_train.json``, ``hipporag/hotpotqa_train_corpus.json`` and
+    ``flashrag/wiki_sample_data.jsonl`` (module docstring). Returns (num passages, num tasks).
     """
     docs = hotpotqa_corpus_docs(os.path.join(src_dir, "hipporag", "hotpotqa_train_corpus.json"))
     for d in read_corpus_jsonl(os.path.join(src_dir, "flashrag", "wiki_sample_data.jsonl")):
@@ -219,7 +222,7 @@ def load_default_tasks(limit: int | None = None) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="Search QA data tools")
     p.add_argument("--build-default", nargs=2, metavar=("SRC_DIR", "OUT_DIR"),
-                   help="build the default corpus/tasks from ../shared/data/search_qa")
+                   help="build the default corpus/tasks from SRC_DIR (HippoRAG + FlashRAG source files)")
     p.add_argument("--show", metavar="TASK_FILE", help="print the number of tasks and the first one")
     args = p.parse_args(argv)
     if args.build_default:
