@@ -283,17 +283,23 @@ def iter_safetensors(files: Iterable[Path]) -> Iterator[tuple[str, np.ndarray]]:
 
 
 def safetensors_files(model_dir: Path) -> list[Path]:
+    """The weight files of a Hugging Face directory: the shards its index lists, else its
+    ``*.safetensors``; `WeightLoadError` naming what is missing or unreadable (the loader and
+    the launch's preflight, `seed_jax.pipeline.preflight.missing_weights`, say the same)."""
     index = model_dir / "model.safetensors.index.json"
     if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        files = sorted({model_dir / f for f in weight_map.values()})
-        absent = [str(f) for f in files if not f.exists()]
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            files = sorted({model_dir / f for f in weight_map.values()})
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise WeightLoadError(f"{index.name} is unreadable ({type(e).__name__}: {e})") from None
+        absent = [f.name for f in files if not f.exists()]
         if absent:
-            raise WeightLoadError(f"{index}: shards listed in the index are missing: {absent}")
+            raise WeightLoadError(f"weight shards listed in {index.name} are missing: {', '.join(absent)}")
         return files
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
-        raise WeightLoadError(f"{model_dir}: no *.safetensors files (PyTorch .bin files are not read)")
+        raise WeightLoadError("no weights (*.safetensors; PyTorch .bin files are not read)")
     return files
 
 

@@ -19,13 +19,12 @@ Standard library and the environments' data look-ups only: no JAX, no model code
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 from pathlib import Path
 
+from seed_jax.models.weights import WeightLoadError, safetensors_files
 from seed_jax.pipeline.environments import missing_data
 
-WEIGHT_INDEX = "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 URL_KEYS = ("env.retriever_url", "stage1.openai_base_url")
 
@@ -41,19 +40,14 @@ def _get(config, dotted: str, default=None):
 
 
 def missing_weights(model_dir: Path) -> str | None:
-    """What a Hugging Face model directory lacks for its weights, or None."""
+    """What a Hugging Face model directory lacks for its weights, or None (the loader's own
+    lookup, `seed_jax.models.weights.safetensors_files`)."""
     if not (model_dir / "config.json").is_file():
         return "no config.json"
-    index = model_dir / WEIGHT_INDEX
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            return f"{WEIGHT_INDEX} is unreadable ({type(e).__name__}: {e})"
-        absent = [s for s in shards if not (model_dir / s).is_file()]
-        return f"weight shards listed in {WEIGHT_INDEX} are missing: {', '.join(absent)}" if absent else None
-    if not any(model_dir.glob("*.safetensors")):
-        return "no weights (*.safetensors; PyTorch .bin files are not read)"
+    try:
+        safetensors_files(model_dir)
+    except WeightLoadError as e:
+        return str(e)
     return None
 
 
