@@ -34,7 +34,9 @@ environment to the contract.
 Each environment also builds its own agent prompt text (`build_prompt`) from the task, the
 history window and the current observation; the prompt contains one line that states the
 task (``Your task is to: ...``, ``Your question: ...``, ``Your goal ...``) so that the
-skill-insertion function H can place the skill right after it.
+skill-insertion function H can place the skill right after it. Environments that show past
+steps also give the same prompt with fewer of them (`Environment.prompt_variants`), so that a
+token cap drops old steps before it cuts the task or the current observation.
 """
 
 from __future__ import annotations
@@ -116,6 +118,13 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     def build_prompt(self) -> str:
         """The ordinary agent prompt (user message text) for the current state."""
+
+    def prompt_variants(self) -> list[str]:
+        """The current prompt with fewer past steps shown, longest first, the last with none:
+        what a prompt cap falls back to before cutting tokens, so that the task line and the
+        current observation survive (`seed_jax.rollout.loop.fit_prompt`). [] (this default): the
+        environment has no shorter prompt."""
+        return []
 
     @property
     @abc.abstractmethod

@@ -82,3 +82,10 @@ class HistoryPrompt:
         lines.append(self.admissible_sentence.format(actions=format_admissible(admissible_commands)))
         lines += ["", self.instruction]
         return "\n".join(lines)
+
+    def variants(self, task: str, history: Sequence[StepRecord], observation: str,
+                 admissible_commands: Sequence[str], history_window: int) -> list[str]:
+        """`build` with ``k`` = min(history_window, len(history)) - 1, ..., 0 past steps shown
+        (longest first; [] when no past step is shown): `envs.base.Environment.prompt_variants`."""
+        shown = min(history_window, len(history))
+        return [self.build(task, history, observation, admissible_commands, k) for k in range(shown - 1, -1, -1)]

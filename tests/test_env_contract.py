@@ -143,6 +143,34 @@ def test_every_env_reports_the_contract_keys_and_the_action_it_took(name):
         env.close()
 
 
+@pytest.mark.parametrize("name", PARAMS)
+def test_every_env_gives_shorter_prompts_that_keep_the_task_and_the_current_observation(name):
+    """After two steps, `prompt_variants` are the prompt with fewer past steps, longest first:
+    each strictly shorter than the one before (the full prompt first), each still holding the
+    task sentence and the current observation as the env shows it (written out per env: ALFWorld
+    and household drop the observation's task line, WebShop shows the page after its instruction
+    field); every env but search goes down to no past step (search keeps its last step: its
+    <information> is the observation)."""
+    from seed_jax.envs.prompt import without_task_line
+    from seed_jax.envs.webshop.env import format_observation
+
+    case = CASES[name]()
+    env = case.make_env()
+    try:
+        env.reset(case.task())
+        env.step(case.valid_response)
+        _, _, _, info = env.step(case.invalid_response)
+        raw = info["raw_observation"]
+        current = format_observation(raw, env.task_description) if name == "webshop" else without_task_line(raw)
+        prompts = [env.build_prompt(), *env.prompt_variants()]
+        assert len(prompts) == (2 if name == "search" else 3)  # 2 steps shown (search: its window holds both)
+        assert all(len(a) > len(b) for a, b in zip(prompts, prompts[1:]))
+        for p in prompts:
+            assert env.task_description in p and current in p
+    finally:
+        env.close()
+
+
 # ------------------------------------------------------------------ what the rollout records
 
 

@@ -378,3 +378,54 @@ def test_a_waves_env_steps_run_while_the_next_wave_generates(tiny_policy, smol_t
     for k in later:
         assert gens[k + 1][1] < steps[k][2]  # wave k + 1 generating while wave k's envs step
     _assert_same_episodes(got, one)
+
+
+def test_fit_prompt_takes_the_first_candidate_within_the_cap():
+    """Hand cases with one token per character: the first candidate of at most 5 tokens wins;
+    none fits -> the last one with all its ids; later candidates are encoded only when needed."""
+    from seed_jax.rollout.loop import fit_prompt
+
+    seen = []
+
+    def encode(text):
+        seen.append(text)
+        return [ord(c) for c in text]
+
+    assert fit_prompt(["abcdefg", "abcdef", "abc", "a"], encode, 5) == ("abc", [97, 98, 99])
+    assert seen == ["abcdefg", "abcdef", "abc"]
+    assert fit_prompt(["abcdefg", "abcdef"], encode, 3) == ("abcdef", [97, 98, 99, 100, 101, 102])
+    assert fit_prompt(["ab"], encode, 3) == ("ab", [97, 98])
+
+
+@pytest.mark.integration
+def test_a_prompt_over_the_cap_drops_past_steps_before_the_task(tiny_policy, smol_tokenizer):
+    """An ALFWorld episode of a random policy under a cap the full prompt outgrows: every step's
+    prompt keeps the task line and the current observation and is not cut (the old left cut
+    dropped the task line); at least one step shows fewer past steps than the env's window.
+    Reference for the ids: SmolLM2's chat layout written out (`chatml`)."""
+    from seed_jax.envs.prompt import without_task_line
+
+    factory, tasks, spec, stops = _alfworld()
+    encode = make_prompt_encoder(smol_tokenizer)
+    env = factory(0)
+    env.reset(tasks[0])
+    cap = len(encode(env.build_prompt())) + 100  # the first prompt fits, 2 past room descriptions do not
+    env.close()
+    settings = RolloutSettings(group_size=2, max_steps=4, max_prompt_tokens=cap,
+                               sampling=SamplingParams(max_new_tokens=12), invalid_penalty=spec.invalid_penalty,
+                               success_threshold=spec.success_threshold, stop_strings=stops)
+    with open_env_pool(factory, num_workers=0, seed=0) as pool:
+        trajs = run_rollouts(pool, tiny_policy, smol_tokenizer, tasks, settings, seed=1, encode_prompt=encode,
+                             progress=False)
+    shortened = 0
+    for t in trajs:
+        assert len(t.steps) == 4
+        for k, s in enumerate(t.steps):
+            assert f"Your task is to: {t.task_description}" in s.prompt_text
+            assert without_task_line(s.raw_observation) in s.prompt_text
+            full = smol_tokenizer(chatml(s.prompt_text), add_special_tokens=False)["input_ids"]
+            assert not s.prompt_cut and s.prompt_ids == full and s.prompt_tokens == len(full) <= cap
+            shown = s.prompt_text.count("[Observation ")
+            assert shown <= min(k, spec.history_window)
+            shortened += shown < min(k, spec.history_window)
+    assert shortened > 0

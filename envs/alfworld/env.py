@@ -157,6 +157,13 @@ class AlfWorldEnv(Environment):
             self._task_description, self._history, self._observation, self._admissible, self.spec.history_window
         )
 
+    def prompt_variants(self) -> list[str]:
+        if self._task is None:
+            raise RuntimeError("AlfWorldEnv.prompt_variants called before reset")
+        return ALFWORLD_PROMPT.variants(
+            self._task_description, self._history, self._observation, self._admissible, self.spec.history_window
+        )
+
     @property
     def task_description(self) -> str:
         return self._task_description

@@ -171,6 +171,12 @@ class HouseholdEnv(Environment):
         return HOUSEHOLD_PROMPT.build(self._task["task_description"], self._history, self._observation,
                                       self.admissible_commands, self.spec.history_window)
 
+    def prompt_variants(self) -> list[str]:
+        if self._task is None:
+            raise RuntimeError("HouseholdEnv.prompt_variants called before reset")
+        return HOUSEHOLD_PROMPT.variants(self._task["task_description"], self._history, self._observation,
+                                         self.admissible_commands, self.spec.history_window)
+
     @property
     def task_description(self) -> str:
         return self._task["task_description"] if self._task else ""

@@ -134,9 +134,17 @@ class SearchEnv(Environment):
 
     def build_prompt(self) -> str:
         """Ordinary prompt: intro, 'Your question: q', last `history_window` steps, instruction."""
+        return self._prompt(self.spec.history_window)
+
+    def prompt_variants(self) -> list[str]:
+        """Fewer past steps, down to the last one: its <information> is the current observation."""
+        return [self._prompt(k) for k in range(min(self.spec.history_window, len(self._history)) - 1, 0, -1)]
+
+    def _prompt(self, history_window: int) -> str:
         lines = [_INTRO, f"Your question: {self.task_description}"]
         if self._history:
-            n, window = len(self._history), self._history[-self.spec.history_window :]
+            n = len(self._history)
+            window = self._history[-history_window:] if history_window > 0 else []
             lines.append(
                 f"You have taken {n} step(s); {max(self.spec.max_steps - n, 0)} remain. Recent history "
                 "(your <search> queries and the <information> the search engine returned):"

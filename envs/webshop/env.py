@@ -276,12 +276,19 @@ class WebShopEnv(Environment):
         return format_observation(self.engine.observation(), self.goal.instruction_text)
 
     def build_prompt(self) -> str:
+        return self._prompt(self.history_window)
+
+    def prompt_variants(self) -> list[str]:
+        return [self._prompt(k) for k in range(min(self.history_window, len(self.history)) - 1, -1, -1)]
+
+    def _prompt(self, history_window: int) -> str:
+        """The prompt with the last ``history_window`` steps shown (module docstring)."""
         task = self.goal.instruction_text
         obs = self._agent_observation()
         actions = "\n".join(f"'{a}'," for a in self.available_actions())
         text = PROMPT_HEAD.format(task=task)
-        if self.history and self.history_window > 0:
-            recent = recent_steps(self.history, self.history_window)
+        if self.history and history_window > 0:
+            recent = recent_steps(self.history, history_window)
             lines = "\n".join(history_line(i, h.observation, h.action) for i, h in recent)
             text += PROMPT_HISTORY.format(n=len(self.history), k=len(recent), history=lines,
                                           cur=len(self.history) + 1, obs=obs)

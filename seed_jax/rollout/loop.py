@@ -1,8 +1,9 @@
 """Host-side multi-turn rollout loop: many live episodes, one batched sampler call per turn.
 
 For a batch of tasks x group size N, every episode gets a slot in the env backend (worker
-pool). Each turn the loop chat-templates the env-built prompt of every live episode
-(left-truncated to ``max_prompt_tokens``), samples the responses in waves of at most
+pool). Each turn the loop chat-templates the env-built prompt of every live episode and fits it
+to ``max_prompt_tokens`` (`fit_prompt`: the env's variants with fewer past steps first, so the
+task line and the current observation stay; a prompt still too long is cut from the left), samples the responses in waves of at most
 ``wave_rows`` episodes (one `generate` call each; 0: all live episodes in one call), steps the
 environments of each wave in one batched backend call, and records a `StepSample`. With several
 waves a wave's env steps run in a background thread while the next wave generates
@@ -110,6 +111,20 @@ def make_prompt_encoder(tokenizer, system_prompt: str | None = None) -> Callable
     return encode
 
 
+def fit_prompt(candidates: Sequence[str], encode_prompt: Callable[[str], list[int]],
+                max_prompt_tokens: int) -> tuple[str, list[int]]:
+    """``(text, ids)`` of the first of ``candidates`` (the env's prompt, then its
+    ``prompt_variants``: fewer past steps, longest first) whose ``encode_prompt`` ids number at
+    most ``max_prompt_tokens``; when none does, the last candidate with all its ids (the caller
+    cuts them from the left). Candidates after the first are encoded only while the ones before
+    are too long."""
+    for text in candidates:
+        ids = encode_prompt(text)
+        if len(ids) <= max_prompt_tokens:
+            return text, ids
+    return text, ids
+
+
 def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], settings: RolloutSettings, *,
                  params=None, seed: int = 0, encode_prompt: Callable[[str], list[int]] | None = None,
                  tag: str = "", progress: bool = True, group_offset: int = 0, slot_offset: int = 0,
@@ -137,7 +152,7 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
     beat("rollout", f"{tag}env resets of {len(episodes)} episodes")
     resets = backend.reset({slot: task for slot, (_, _, task) in episodes.items()})
     trajs: dict[int, Trajectory] = {}
-    prompt, last_obs, live = {}, {}, []
+    candidates, last_obs, live = {}, {}, []  # candidates: the prompt, then its shorter variants
     for slot, (g, n, task) in episodes.items():
         r = resets[slot]
         tid = str(task.get("task_id", group_offset + g)) if isinstance(task, dict) else str(group_offset + g)
@@ -147,7 +162,7 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
                                  info={"task_type": r.info.get("task_type", ""),
                                        "data_source": r.info.get("data_source", "")})
         if not r.env_error:
-            prompt[slot] = shown(r.prompt, g)
+            candidates[slot] = [shown(v, g) for v in (r.prompt, *r.prompt_variants)]
             last_obs[slot] = r.info.get("raw_observation", r.observation)
             live.append(slot)
     bar = tqdm(total=len(episodes), desc=f"rollout {tag}".strip(), disable=not progress_enabled(progress), leave=False)
@@ -156,7 +171,8 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
     wins = 0
     turn = 0
     while live and turn < settings.max_steps:
-        full = {s: encode_prompt(prompt[s]) for s in live}
+        fitted = {s: fit_prompt(candidates[s], encode_prompt, settings.max_prompt_tokens) for s in live}
+        full = {s: ids for s, (_, ids) in fitted.items()}
         ids = {s: full[s][-settings.max_prompt_tokens:] for s in live}
         gen = {}
         cut = waves(live, settings.wave_rows)
@@ -188,7 +204,7 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
             penalty = 0.0 if valid else settings.invalid_penalty
             t.steps.append(StepSample(
                 prompt_ids=ids[s], response_ids=gen[s][0], response_logprobs=gen[s][1],
-                response_text=gen[s][2], prompt_text=prompt[s], raw_observation=last_obs[s],
+                response_text=gen[s][2], prompt_text=fitted[s][0], raw_observation=last_obs[s],
                 valid=valid, reward=float(res.reward) + penalty, penalty=penalty,
                 action=str(res.info["action_text"]), prompt_tokens=len(full[s])))
             last_obs[s] = res.info.get("raw_observation", res.observation)
@@ -203,7 +219,7 @@ def run_rollouts(backend: EnvBackend, model, tokenizer, tasks: Sequence[dict], s
                 finished += 1
                 bar.update(1)
             else:
-                prompt[s] = shown(res.prompt, episodes[s][0])
+                candidates[s] = [shown(v, episodes[s][0]) for v in (res.prompt, *res.prompt_variants)]
                 still.append(s)
         live = still
         turn += 1

@@ -8,7 +8,8 @@ per live episode; the loop uses the episode index in the batch):
     backend.close()
 
 Results carry what the loop needs next: the observation, the env's ``info``, and the agent
-prompt text built by the env for the next turn (``env.build_prompt()``; '' once done), so the
+prompt text built by the env for the next turn (``env.build_prompt()``; '' once done) and its
+shorter variants (``env.prompt_variants()``, fewer past steps, for the loop's prompt cap), so the
 loop never touches an environment object. Payloads are plain data (str / numbers / lists /
 dicts): keep tasks, responses and env infos JSON-able so that a remote backend (Ray actors,
 RPC) can implement the same `_run(op, items)` method.
@@ -89,6 +90,7 @@ class ResetResult:
     task_description: str  # env.task_description ('' on env_error)
     env_error: bool = False
     error: str = ""  # traceback / reason when env_error
+    prompt_variants: list[str] = dataclasses.field(default_factory=list)  # `prompt_variants` of the env
 
 
 @dataclasses.dataclass
@@ -100,6 +102,7 @@ class StepResult:
     prompt: str = ""  # env.build_prompt() for the next turn; '' when done
     env_error: bool = False
     error: str = ""
+    prompt_variants: list[str] = dataclasses.field(default_factory=list)  # `prompt_variants` of the env ([] when done)
 
 
 def derive_seed(pool_seed: int, slot: int) -> int:
@@ -137,6 +140,12 @@ def _error_payload(op: str, message: str) -> dict[str, Any]:
             "env_error": True, "error": message}
 
 
+def _variants(env) -> list[str]:
+    """``env.prompt_variants()`` (`envs.base.Environment`); [] for an env without the method."""
+    variants = getattr(env, "prompt_variants", None)
+    return list(variants()) if variants is not None else []
+
+
 class _SlotHost:
     """The environments of some slots; runs one reset / step and returns a payload dict."""
 
@@ -161,8 +170,8 @@ class _SlotHost:
             env = self.envs[slot] = self.env_factory(derive_seed(self.pool_seed, slot))
         observation, info = env.reset(task)
         return {"observation": observation, "info": {**dict(info), "env_error": False},
-                "prompt": env.build_prompt(), "task_description": env.task_description,
-                "env_error": False, "error": ""}
+                "prompt": env.build_prompt(), "prompt_variants": _variants(env),
+                "task_description": env.task_description, "env_error": False, "error": ""}
 
     def _step(self, slot: int, response: str) -> dict[str, Any]:
         env = self.envs.get(slot)
@@ -171,7 +180,8 @@ class _SlotHost:
         observation, reward, done, info = env.step(response)
         return {"observation": observation, "reward": float(reward), "done": bool(done),
                 "info": {**dict(info), "env_error": False},
-                "prompt": "" if done else env.build_prompt(), "env_error": False, "error": ""}
+                "prompt": "" if done else env.build_prompt(), "prompt_variants": [] if done else _variants(env),
+                "env_error": False, "error": ""}
 
     def drop(self, slot: int) -> None:
         env = self.envs.pop(slot, None)
