@@ -18,7 +18,11 @@ def get_config(preset: str = "local"):
     c.env.vendored_data = True  # neither set: the vendored subset (3 games per task type and split)
     return with_preset(
         c, preset,
-        local=dict(stage1_tasks=6, max_steps=6, prompt_tokens=768, analysis_prompt_tokens=1024, eval_tasks=6),
+        # the 135M policy needs the format warm-up (docs/METHOD.md §2.4: 12 training games played by
+        # their expert walkthroughs); 1024-token prompts hold every walkthrough turn's prompt with the
+        # past steps that fit (fewest 510, most 1015 SmolLM2 tokens over the vendored training games)
+        local=dict(stage1_tasks=6, max_steps=6, prompt_tokens=1024, analysis_prompt_tokens=1024, eval_tasks=6,
+                   format_warmup_tasks=12),
         # x_tau of a 30-step episode (~600 tokens a step; Qwen2.5: 32k context, 4k new tokens)
         # 24,576-token analyzer prompts, as many per self-analysis call as the plan finds room for
         # (-1 from the paper settings; each host samples on its own devices: 8 on a 4-chip v5e host,

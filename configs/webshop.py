@@ -27,7 +27,12 @@ def get_config(preset: str = "local"):
     c.rl.mini_batch_size = 64
     return with_preset(
         c, preset,
-        local=dict(stage1_tasks=6, max_steps=5, prompt_tokens=768, analysis_prompt_tokens=1024, eval_tasks=6),
+        # the 135M policy needs the format warm-up (docs/METHOD.md §2.4: 24 training goals bought by
+        # a script that searches the request, opens the product, picks its options); the search turn's
+        # response is up to 67 tokens; 1024-token prompts: a results page of 10 products can be longer
+        # even without past steps (4% of the warm-up's turns), then it is cut from the left
+        local=dict(stage1_tasks=6, max_steps=5, prompt_tokens=1024, analysis_prompt_tokens=1024, eval_tasks=6,
+                   response_tokens=72, format_warmup_tasks=24),
         # x_tau of a 15-step episode with product pages (Qwen2.5: 32k context, 4k new tokens)
         # the official files and human goals are required, never the generated catalog
         paper={"eval.num_tasks": 128, "analysis.max_prompt_tokens": 24576,  # as ALFWorld's

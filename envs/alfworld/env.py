@@ -173,6 +173,11 @@ class AlfWorldEnv(Environment):
         return list(self._admissible)
 
     @property
+    def game_file(self) -> str:
+        """The current episode's game file (absolute); '' before the first reset."""
+        return self._task["game_file"] if self._task else ""
+
+    @property
     def done(self) -> bool:
         return self._done
 

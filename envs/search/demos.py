@@ -3,7 +3,7 @@
 A policy too small to follow the instruction (SmolLM2-135M writes a valid block in a few percent
 of its responses) gives RL nothing to work with. `demonstration` plays a fixed two-turn script
 on a real `SearchEnv` and returns each turn's (prompt, response) pair, with the prompt exactly
-as the policy will see it in a rollout (``env.build_prompt()``):
+as the policy will see it in a rollout (``prompt_of``, `envs.demos`):
 
     turn 1: <think> SEARCH_THOUGHT </think>\\n<search> q </search>           (q: the question)
     turn 2: <think> ANSWER_THOUGHT </think>\\n<answer> g </answer>
@@ -19,6 +19,7 @@ script then teaches reading the answer off the passages, never stating one they 
 
 from __future__ import annotations
 
+from seed_jax.envs.demos import PromptOf, env_prompt
 from seed_jax.envs.search.env import SearchEnv
 from seed_jax.envs.search.reward import normalize_answer
 
@@ -37,16 +38,17 @@ def grounded_answer(text: str, golden_answers) -> str | None:
     return None
 
 
-def demonstration(env: SearchEnv, task: dict) -> list[tuple[str, str]]:
-    """``[(prompt_1, search response), (prompt_2, answer response)]`` of the script above; ``[]``
-    when the passages the search returns hold no golden answer (`grounded_answer`)."""
+def demonstration(env: SearchEnv, task: dict, prompt_of: PromptOf = env_prompt) -> list[tuple[str, str]]:
+    """``[(prompt_1, search response), (prompt_2, answer response)]`` of the script above (each
+    prompt as ``prompt_of`` reads it, `envs.demos`); ``[]`` when the passages the search returns
+    hold no golden answer (`grounded_answer`)."""
     env.reset(task)
-    first_prompt = env.build_prompt()
+    first_prompt = prompt_of(env)
     search = f"<think> {SEARCH_THOUGHT} </think>\n<search> {env.task_description} </search>"
     information, *_ = env.step(search)
     golden = grounded_answer(information, task["golden_answers"])
     if golden is None:
         return []
-    second_prompt = env.build_prompt()
+    second_prompt = prompt_of(env)
     answer = f"<think> {ANSWER_THOUGHT} </think>\n<answer> {golden} </answer>"
     return [(first_prompt, search), (second_prompt, answer)]

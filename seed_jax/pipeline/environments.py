@@ -15,8 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from seed_jax.envs.alfworld import ALFWORLD_SPEC, list_games, make_alfworld_env
+from seed_jax.envs.alfworld.demos import demonstration as alfworld_demonstration
 from seed_jax.envs.alfworld.games import FULL_COUNTS, JSON_DIR, count_games, find_data_dir
 from seed_jax.envs.base import EnvSpec
+from seed_jax.envs.demos import PromptOf
 from seed_jax.envs.household import household_scripted_answer, household_spec, household_splits, make_household_env
 from seed_jax.envs.search import (
     SEARCH_SPEC,
@@ -29,11 +31,13 @@ from seed_jax.envs.search import (
 from seed_jax.envs.search.demos import demonstration as search_demonstration
 from seed_jax.envs.webshop import WEBSHOP_SPEC, load_goals, make_webshop_env
 from seed_jax.envs.webshop.data import WebShopData, find_webshop_data
+from seed_jax.envs.webshop.demos import demonstration as webshop_demonstration
 from seed_jax.rollout.pool import EnvFactory
 from seed_jax.rollout.trajectory import Trajectory
 
 ScriptedAnswer = Callable[[Trajectory], str]
-Demonstrate = Callable[[list[dict]], list[tuple[str, str]]]
+# (training tasks, how a turn's prompt is read off the env) -> scripted (prompt, response) turns
+Demonstrate = Callable[[list[dict], PromptOf], list[tuple[str, str]]]
 
 
 
@@ -117,6 +121,20 @@ def missing_search_data(env_cfg, splits: tuple[str, ...] | None = None) -> str |
             "env.datasets set for the split.")
 
 
+def _demonstrate(factory: EnvFactory, demonstration) -> Demonstrate:
+    """`Benchmark.demonstrations` from an env-level ``demonstration(env, task, prompt_of)``: one
+    env of ``factory`` plays every task's script, closed afterwards."""
+
+    def demonstrate(tasks: list[dict], prompt_of: PromptOf) -> list[tuple[str, str]]:
+        env = factory(0)
+        try:
+            return [turn for task in tasks for turn in demonstration(env, task, prompt_of)]
+        finally:
+            env.close()
+
+    return demonstrate
+
+
 def _search(env_cfg) -> Benchmark:
     retriever = {"kind": env_cfg.retriever, "corpus_path": env_cfg.get("corpus") or None,
                  "url": env_cfg.get("retriever_url") or None}
@@ -133,12 +151,9 @@ def _search(env_cfg) -> Benchmark:
             return default[:-n_eval] if split == "train" else default[-n_eval:]
         raise ValueError(f"search: {missing_search_data(env_cfg, (split,))}")
 
-    def demonstrate(tasks: list[dict]) -> list[tuple[str, str]]:
-        env = factory(0)
-        return [turn for task in tasks for turn in search_demonstration(env, task)]
-
     return Benchmark("search", SEARCH_SPEC, ("</search>", "</answer>"), factory, load, "train",
-                     tuple(env_cfg.get("eval_splits", ("hotpotqa",))), demonstrations=demonstrate)
+                     tuple(env_cfg.get("eval_splits", ("hotpotqa",))),
+                     demonstrations=_demonstrate(factory, search_demonstration))
 
 
 ALFWORLD_SPLITS = ("train", "valid_seen", "valid_unseen")
@@ -190,7 +205,8 @@ def _alfworld(env_cfg) -> Benchmark:
             raise ValueError(f"alfworld: {missing}")
         return list_games(data_dir, split)
 
-    return Benchmark("alfworld", ALFWORLD_SPEC, ("</action>",), factory, load, "train", ("valid_seen", "valid_unseen"))
+    return Benchmark("alfworld", ALFWORLD_SPEC, ("</action>",), factory, load, "train", ("valid_seen", "valid_unseen"),
+                     demonstrations=_demonstrate(factory, alfworld_demonstration))
 
 
 def webshop_data(env_cfg) -> tuple[WebShopData | None, str | None]:
@@ -212,7 +228,8 @@ def _webshop(env_cfg) -> Benchmark:
             raise ValueError(f"webshop: {missing}")
         return load_goals(split=split, **kw)
 
-    return Benchmark("webshop", WEBSHOP_SPEC, ("</action>",), factory, load, "train", ("test",))
+    return Benchmark("webshop", WEBSHOP_SPEC, ("</action>",), factory, load, "train", ("test",),
+                     demonstrations=_demonstrate(factory, webshop_demonstration))
 
 
 def _household(env_cfg) -> Benchmark:

@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import math
 import random
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -29,7 +30,7 @@ from seed_jax.pipeline.runtime import (
     sft_rows,
     sft_train_config,
 )
-from seed_jax.rollout.loop import make_prompt_encoder
+from seed_jax.rollout.loop import fit_prompt, make_prompt_encoder
 from seed_jax.rollout.trajectory import read_trajectories, write_trajectories
 from seed_jax.skills import SkillRecord, read_skill_records, write_skill_records
 from seed_jax.train.batch import SftBatch
@@ -171,20 +172,29 @@ class Demonstration:
     turn: int  # 0-based turn of the scripted episode
 
 
-def format_demonstrations(run: Run) -> list[Demonstration]:
+def format_demonstrations(run: Run, encode_prompt: Callable[[str], list[int]] | None = None) -> list[Demonstration]:
     """The format warm-up's SFT examples: the env's scripted turns on the first
     ``stage1.format_warmup_tasks`` training tasks, in a seeded order, that the env has a
-    demonstration for (the search env shows only tasks its retriever answers); fewer when the split
-    runs out; [] when 0 or the env has no demonstrations."""
+    demonstration for (the search env shows only tasks its retriever answers, ALFWorld games whose
+    walkthrough wins within the step limit, WebShop goals the script buys); fewer when the split
+    runs out; [] when 0 or the env has no demonstrations. With ``encode_prompt`` each turn's
+    prompt is fitted to ``rollout.max_prompt_tokens`` as the rollout fits it (`fit_prompt`: fewer
+    past steps first), else the env's full prompt."""
     c = run.config
     n = c.stage1.format_warmup_tasks
     if n <= 0 or run.bench.demonstrations is None:
         return []
+    cap = c.rollout.max_prompt_tokens
+
+    def prompt_of(env) -> str:
+        candidates = [env.build_prompt(), *env.prompt_variants()]
+        return fit_prompt(candidates, encode_prompt, cap)[0] if encode_prompt else candidates[0]
+
     tasks = list(run.bench.tasks(run.bench.train_split))
     random.Random(f"{c.seed + 1}:demonstrations").shuffle(tasks)
     out, shown = [], 0
     for task in tasks:
-        turns = run.bench.demonstrations([task])
+        turns = run.bench.demonstrations([task], prompt_of)
         if turns:
             out += [Demonstration(p, a, t) for t, (p, a) in enumerate(turns)]
             shown += 1
@@ -215,7 +225,7 @@ def sft(run: Run, mesh) -> dict:
     policy = load_policy(c, mesh=mesh)
     records = read_skill_records(run.path("stage1", "sft.jsonl"))
     held = read_skill_records(run.path("stage1", "sft_heldout.jsonl"))
-    demos = format_demonstrations(run)
+    demos = format_demonstrations(run, policy.encode_prompt)
     encode, tok = policy.encode_prompt, policy.tokenizer
     summary = {"records": len(records), "format_demonstrations": len(demos)}
     # skill records, then the demonstrations turn by turn (each turn's prompts have similar lengths)
