@@ -45,7 +45,7 @@ from seed_jax.metrics import (
     sample_transcripts,
     transcript_json,
 )
-from seed_jax.pipeline.analyzers import AnalysisContext, rl_analyzer
+from seed_jax.pipeline.analyzers import AnalysisContext, Analyzer, rl_analyzer
 from seed_jax.pipeline.evaluate import evaluate_params
 from seed_jax.pipeline.multihost import host_rollouts
 from seed_jax.pipeline.ppo import ppo_epochs
@@ -223,6 +223,21 @@ class TranscriptWriter:
         self.metrics.write_transcripts(rec.update, records)
 
 
+def rl_analysis(c, bench, skill_source: str, bank: SkillBank | None = None, sampler=None,
+                encode_prompt=None) -> tuple[Analyzer | None, AnalysisContext]:
+    """Step 3's analyzer and its context: `rl_analyzer` of the method's ``skill_source`` and
+    ``analysis.analyzer`` (None: no skills), with the budgets of ``c.analysis``, the benchmark
+    ``bench`` (whose expert analysis the ``scripted`` analyzer reads), the stage-1 ``bank`` and
+    the training tasks (``static``), the rollouts' ``sampler`` and the policy's ``encode_prompt``
+    (x_tau's token budget). Every update sets the context's ``policy`` (theta_old) and ``update``."""
+    train_tasks = {t["task_id"]: t for t in bench.tasks(bench.train_split)}
+    ctx = AnalysisContext(success_threshold=bench.spec.success_threshold,
+                          max_prompt_tokens=c.analysis.max_prompt_tokens, max_new_tokens=c.analysis.max_new_tokens,
+                          batch_size=c.analysis.batch_size, bench=bench, bank=bank, tasks=train_tasks, seed=c.seed,
+                          sampler=sampler, encode_prompt=encode_prompt)
+    return rl_analyzer(skill_source, c.analysis.analyzer), ctx
+
+
 # --------------------------------------------------------------------------------- the stage
 
 
@@ -249,15 +264,11 @@ def rl(run: Run, mesh, callbacks: Sequence[RLCallback] = ()) -> dict:
 
     ref_params = reference() if residency.reference == "resident" else None
     settings = rollout_settings(c, run.bench)
-    train_tasks = {t["task_id"]: t for t in run.bench.tasks(run.bench.train_split)}
     bank = None
     if run.switches.skill_source == "static" or run.switches.prompt_skills:
         bank = SkillBank.for_run(run.workdir, run.bench)
-    analyzer = rl_analyzer(run.switches.skill_source, c.analysis.analyzer)
-    ctx = AnalysisContext(success_threshold=run.bench.spec.success_threshold,
-                          max_prompt_tokens=c.analysis.max_prompt_tokens, max_new_tokens=c.analysis.max_new_tokens,
-                          batch_size=c.analysis.batch_size, bench=run.bench, bank=bank, tasks=train_tasks, seed=c.seed,
-                          sampler=settings.sampler, encode_prompt=policy.encode_prompt)
+    analyzer, ctx = rl_analysis(c, run.bench, run.switches.skill_source, bank=bank, sampler=settings.sampler,
+                                encode_prompt=policy.encode_prompt)
     batch_settings = BatchSettings(
         max_prompt_tokens=c.rollout.max_prompt_tokens, max_response_tokens=c.rollout.max_response_tokens,
         max_teacher_prompt_tokens=c.rollout.max_teacher_prompt_tokens, advantage_mode=c.rl.advantage_mode,
