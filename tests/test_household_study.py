@@ -3,6 +3,7 @@ stage-1 annotator, the gate audit join, arm configs, and stage 0 (slow) and the 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from seed_jax.configs.household import get_config
-from seed_jax.envs.household import household_scripted_answer
+from seed_jax.envs.household import household_scripted_answer, household_splits
 from seed_jax.envs.household.tasks import load_task
 from seed_jax.envs.household.world import transitions
 from seed_jax.experiments.household.archive import pack, unpack
@@ -40,7 +41,8 @@ from seed_jax.experiments.household.report import (
 )
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
 from seed_jax.pipeline.environments import make_benchmark
-from seed_jax.pipeline.rl import UpdateRecord
+from seed_jax.pipeline.methods import switches
+from seed_jax.pipeline.rl import UpdateRecord, rl_analysis
 from seed_jax.pipeline.validate import validate
 from seed_jax.skills import SKILL_HEADING, SkillRecord, parse_skill
 
@@ -236,6 +238,29 @@ def test_scripted_annotator_stage1_records_parse():
     stranger = noisy_episode({**PICK_TASK, "task_id": "elsewhere"}, random.Random(0), 0.0, 0.0, 12, 2)
     with pytest.raises(ValueError, match=r"trajectory y has unknown task id 'elsewhere'"):
         answer(stranger.to_trajectory("y"))
+
+
+def test_rl_scripted_analysis_is_the_envs_expert_analysis():
+    """``analysis.analyzer = scripted`` in RL (the oracle): the config validates and the RL
+    stage's analysis (`rl_analysis` of method seed) gives every household trajectory exactly the
+    env's expert analysis of that very episode, checked against `household_scripted_answer` over
+    the env's own splits, called directly."""
+    c = _household_config("ci")
+    c.method, c.analysis.analyzer = "seed", "scripted"
+    validate(c)
+    bench = make_benchmark(c.env)
+    analyzer, ctx = rl_analysis(c, bench, switches(c).skill_source)
+    rng = random.Random(5)
+    demos = [noisy_episode(t, rng, 0.5 * (i % 2), 0.1 * (i % 2), 8, 2) for i, t in enumerate(bench.tasks("train")[:6])]
+    trajs = [d.to_trajectory(f"u1/{d.task['task_id']}#{i}") for i, d in enumerate(demos)]
+    analysis = analyzer(trajs, dataclasses.replace(ctx, update=0))
+    expert = household_scripted_answer(household_splits(c.env), bool(c.env.skill_plan))
+    assert {d.won for d in demos} == {True, False}  # both kinds are covered
+    assert set(analysis.skills) == {t.traj_id for t in trajs}
+    for t in trajs:
+        want = parse_skill(expert(t))
+        assert want.ok and analysis.parses[t.traj_id] == want and analysis.skills[t.traj_id] == want.skill
+    assert len(set(analysis.skills.values())) == len(trajs)  # each its own episode's skill
 
 
 def test_benchmarks_without_expert_analysis_have_no_scripted_annotator():

@@ -20,7 +20,7 @@ from seed_jax.envs.search.corpus import Passage
 from seed_jax.envs.search.server import start_background_server
 from seed_jax.pipeline.methods import METHODS
 from seed_jax.pipeline.run import ConfigChangedError, check_relaunch, stage_plan, write_config
-from seed_jax.pipeline.validate import ConfigValueError, check_inputs, check_retriever
+from seed_jax.pipeline.validate import ConfigValueError, check_inputs, check_retriever, validate
 
 pytestmark = pytest.mark.integration  # whole pipelines / subprocess launches: CONTRIBUTING.md tiers
 
@@ -344,6 +344,27 @@ def test_every_named_input_must_exist(tmp_path, key, value):
     check_inputs(_config())
     for env in ("alfworld", "webshop"):
         check_inputs(_config(env, "local"), "local")
+
+
+def test_scripted_analyzer_is_refused_for_an_env_without_expert_analysis(tmp_path):
+    """``scripted`` (the env's expert analysis) as stage1.analyzer or analysis.analyzer: refused for
+    search, which has none, naming the key (the launcher: that one line, exit 2, no run directory);
+    accepted for household."""
+    for key in ("stage1.analyzer", "analysis.analyzer"):
+        section, name = key.split(".")
+        c = _config()
+        c[section][name] = "scripted"
+        with pytest.raises(ConfigValueError, match=rf"^config\.{re.escape(key)}: 'scripted' reads the env's expert "
+                                                   r"analysis, which only household provides, not env 'search'"):
+            validate(c)
+        h = _config("household", "ci")
+        h[section][name] = "scripted"
+        validate(h)
+    r, _ = _launch(TINY, f"--workdir={tmp_path / 'w'}", "--config.analysis.analyzer=scripted")
+    assert r.returncode == 2, r.stderr[-2000:]
+    err = r.stderr.strip()
+    assert "\n" not in err and err.startswith("error: config.analysis.analyzer: 'scripted' reads the env's expert")
+    assert not (tmp_path / "w").exists()
 
 
 # ----------------------------------------------------------------------------- command line

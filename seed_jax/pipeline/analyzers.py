@@ -10,12 +10,14 @@ name           skills from                                                      
 ``self``       the policy itself, greedy, with the parameters it is given (theta_old)   stage 1, RL
 ``openai``     an OpenAI-compatible chat endpoint (`seed_jax.pipeline.annotator`)      stage 1
 ``heuristic``  model-free templates (`seed_jax.pipeline.heuristic_annotator`)          stage 1, RL
-``scripted``   the environment's own expert analysis (``Benchmark.scripted_answer``)   stage 1
+``scripted``   the environment's own expert analysis (``Benchmark.scripted_answer``)   stage 1, RL
 ``static``     the stage-1 skill bank, looked up by task (`SkillBank`)                RL
 ``shuffled``   another analyzer's skills moved to other trajectories (a derangement)   RL
 =============  =====================================================================  =========
 
-Every analyzer skips trajectories with ``env_error`` or no steps. `rl_analyzer` picks the RL
+``scripted`` exists only for the benchmarks with an expert analysis (``household``:
+`seed_jax.pipeline.environments.EXPERT_ANALYSIS`); in RL it is the oracle: the teacher reads an
+accurate skill of the very episode it scores. Every analyzer skips trajectories with ``env_error`` or no steps. `rl_analyzer` picks the RL
 analyzer of a method (`MethodSwitches.skill_source`), `stage1_analyzer` the stage-1 one.
 """
 
@@ -149,7 +151,7 @@ def heuristic_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
 def scripted_analyzer(trajs, ctx: AnalysisContext) -> Analysis:
     answer = getattr(ctx.bench, "scripted_answer", None)
     if answer is None:
-        raise ValueError(f"config.stage1.analyzer: 'scripted' is not available for env "
+        raise ValueError(f"the analyzer 'scripted' is not available for env "
                          f"{getattr(ctx.bench, 'name', '?')!r} (it provides no expert analysis)")
     todo = analyzable(trajs)
     return Analysis.from_parses({t.traj_id: parse_skill(answer(t)) for t in todo}, *ctx.prompts(todo))
@@ -200,8 +202,9 @@ ANALYZERS: dict[str, Analyzer] = {
     "static": static_analyzer,
 }
 # the names `seed_jax.pipeline.validate` accepts for stage1.analyzer and analysis.analyzer
+# ('scripted' only for an env with an expert analysis)
 STAGE1_ANALYZERS = ("self", "openai", "scripted", "heuristic")
-RL_ONLINE_ANALYZERS = ("self", "heuristic")
+RL_ONLINE_ANALYZERS = ("self", "heuristic", "scripted")
 
 
 def get_analyzer(name: str) -> Analyzer:

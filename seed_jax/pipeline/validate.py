@@ -17,6 +17,7 @@ from seed_jax.paths import is_remote, run_path
 from seed_jax.pipeline.analyzers import RL_ONLINE_ANALYZERS, STAGE1_ANALYZERS
 from seed_jax.pipeline.annotator import REASONING_SWITCH, AnnotatorError, OpenAIChat
 from seed_jax.pipeline.auto_sizes import AUTO, micro_batch_candidates
+from seed_jax.pipeline.environments import EXPERT_ANALYSIS, has_expert_analysis
 from seed_jax.pipeline.methods import METHODS, needs_skill_bank
 from seed_jax.pipeline.ppo import host_split_error
 from seed_jax.pipeline.preflight import preflight_problems
@@ -102,7 +103,11 @@ def validate(config, hosts: int = 1) -> None:
     if config.stage1.analyzer not in STAGE1_ANALYZERS:
         bad("stage1.analyzer", "must be self | openai | scripted | heuristic")
     if config.analysis.analyzer not in RL_ONLINE_ANALYZERS:
-        bad("analysis.analyzer", "must be self | heuristic")
+        bad("analysis.analyzer", "must be self | heuristic | scripted")
+    for key in ("stage1.analyzer", "analysis.analyzer"):
+        if _get(config, key) == "scripted" and not has_expert_analysis(config.env.name):
+            bad(key, f"'scripted' reads the env's expert analysis, which only {' | '.join(sorted(EXPERT_ANALYSIS))} "
+                     f"provides, not env {config.env.name!r}")
     if config.stage1.openai_reasoning not in REASONING_SWITCH:
         bad("stage1.openai_reasoning", f"must be one of {' | '.join(REASONING_SWITCH)}")
     if config.model.dtype not in ("float32", "bfloat16") or config.model.param_dtype not in ("float32", "bfloat16"):
