@@ -1,13 +1,17 @@
 """The household evidence study in one command.
 
     python bench/household_study.py [--preset study|ci|tiny|gpu] [--out DIR] [--arms a,b] [--seeds 0,1,2]
-                                    [--set key=value ...] [--shared STUDY_DIR] [--archive DIR]
+                                    [--set key=value ...] [--shared STUDY_DIR] [--archive DIR] [--check]
 
 Stage 0 (BC policy) and stage 1 (scripted annotation + analyzer SFT) run once; then every arm
-(GRPO = sft_grpo, SEED, SEED-static, SEED-shuffled, optional lambda_opd sweep arms) runs RL +
-evaluation from the same stage-1 checkpoint for each seed. A finished piece is skipped when
-the command is re-run with the same --out. Writes results.md (printed at the end),
-results.json, curves.png, gates.png and timings.json to --out (default runs/household-PRESET).
+(GRPO = sft_grpo, SEED, SEED-static, SEED-shuffled, the oracle = SEED with the env's expert
+skills, optional lambda_opd sweep arms) runs RL + evaluation from the same stage-1 checkpoint
+for each seed. A finished piece is skipped when the command is re-run with the same --out.
+Writes results.md (printed at the end), results.json, curves.png, gates.png and timings.json to
+--out (default runs/household-PRESET).
+
+--check runs nothing: it validates every arm's run config for every seed (one line each) and
+exits 2 at the first that does not validate, naming the arm and the key.
 """
 
 from __future__ import annotations
@@ -38,6 +42,38 @@ def _set(config, assignment: str) -> None:
     node[last] = value
 
 
+def _config(args):
+    from seed_jax.configs.household import get_config
+
+    config = get_config(args.preset)
+    for a in args.set:
+        _set(config, a)
+    return config
+
+
+def check(args) -> int:
+    """Validate each arm's config (`arm_config`) for each seed, without running anything."""
+    from seed_jax.experiments.household.experiment import arm_config, arms_of
+    from seed_jax.pipeline.methods import switches
+    from seed_jax.pipeline.validate import ConfigValueError
+
+    config = _config(args)
+    arms = args.arms.split(",") if args.arms else arms_of(config)
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(config.study.seeds)
+    for arm in arms:
+        try:
+            cs = [arm_config(config, arm, seed) for seed in seeds]
+        except ConfigValueError as e:
+            print(f"error: arm {arm}: {e}", file=sys.stderr)
+            return 2
+        c = cs[0]
+        opd = f"lambda_opd {c.train.lambda_opd:g}" if switches(c).opd else "no OPD"
+        print(f"{arm}: method {c.method}, analysis.analyzer {c.analysis.analyzer}, {opd}, "
+              f"seeds {','.join(map(str, seeds))}: ok")
+    print(f"{len(arms)} arms of preset {args.preset} validate")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="study", choices=("study", "ci", "tiny", "gpu"))
@@ -51,7 +87,11 @@ def main(argv=None) -> int:
                     help="restore the finished pieces stored in DIR first, and store each piece there as it "
                          "finishes (experiments.household.archive), so a later session goes on from them")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    ap.add_argument("--check", action="store_true",
+                    help="only validate every arm's config for every seed (exit 2 naming the arm and key)")
     args = ap.parse_args(argv)
+    if args.check:
+        return check(args)
 
     if args.quiet:
         os.environ.setdefault("TQDM_DISABLE", "1")
@@ -65,12 +105,9 @@ def main(argv=None) -> int:
     log.setLevel(logging.INFO)
     log.propagate = False
 
-    from seed_jax.configs.household import get_config
     from seed_jax.experiments.household.experiment import run_study
 
-    config = get_config(args.preset)
-    for a in args.set:
-        _set(config, a)
+    config = _config(args)
     out = Path(args.out or f"runs/household-{args.preset}")
     arms = args.arms.split(",") if args.arms else None
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None

