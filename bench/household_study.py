@@ -7,7 +7,7 @@ Stage 0 (BC policy) and stage 1 (scripted annotation + analyzer SFT) run once; t
 (GRPO = sft_grpo, SEED, SEED-static, SEED-shuffled, the oracle = SEED with the env's expert
 skills, optional lambda_opd sweep arms) runs RL + evaluation from the same stage-1 checkpoint
 for each seed. A finished piece is skipped when the command is re-run with the same --out.
-Writes results.md (printed at the end), results.json, curves.png, gates.png and timings.json to
+Writes results.md (printed at the end), results.json, curves.png, gates.png, audit.png and timings.json to
 --out (default runs/household-PRESET).
 
 --check runs nothing: it validates every arm's run config for every seed (one line each) and

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import os
 import random
 import subprocess
@@ -23,7 +24,10 @@ from seed_jax.envs.household.world import transitions
 from seed_jax.experiments.household.archive import pack, unpack
 from seed_jax.experiments.household.audit import (
     consistency_by_update,
+    delta_audit,
+    group_outcomes,
     join_gates,
+    pearson,
     read_step_actions,
     summarize,
     update_of,
@@ -37,7 +41,10 @@ from seed_jax.experiments.household.report import (
     change_table,
     ci95,
     consistent_share,
+    delta_table,
+    edge_windows,
     fmt_pct,
+    group_share,
     mean_std,
     paired_differences,
     paired_table,
@@ -331,6 +338,44 @@ def test_consistency_by_update_hand_made():
     assert consistent_share(per_seed, 5, 9) is None
 
 
+def test_delta_audit_hand_made():
+    # four step-samples of one won and one lost trajectory: detour, way, invalid, open (see above)
+    actions = {"u0/hand-pick#0": {"task_id": "hand-pick", "won": True,
+                                  "actions": ["go to sinkbasin 1", "go to fridge 1"]},
+               "u0/hand-pick#1": {"task_id": "hand-pick", "won": False,
+                                  "actions": ["go to sinkbasin 1", "go to fridge 1"]}}
+    row = {"update": 1, "gate_gt_half": 0.0, "n_tokens": 4}
+    gates = [{**row, "traj_id": "u0/hand-pick#0", "step": 0, "gate_mean": 0.32, "delta_mean": -1.0},
+             {**row, "traj_id": "u0/hand-pick#0", "step": 1, "gate_mean": 0.91, "delta_mean": 3.0},
+             {**row, "traj_id": "u0/hand-pick#1", "step": 0, "gate_mean": 0.52, "delta_mean": 0.0},
+             {**row, "traj_id": "u0/hand-pick#1", "step": 1, "gate_mean": 0.57, "delta_mean": 0.0},
+             {**row, "traj_id": "u0/hand-pick#1", "step": 1, "gate_mean": 0.5}]  # recorded before delta_mean
+    got = delta_audit(join_gates(gates, actions, {"hand-pick": PICK_TASK}))
+    # Delta = (-1, 3, 0, 0), consistent = (0, 1, 0, 1), won = (1, 1, 0, 0); mean Delta 0.5;
+    # dx = (-1.5, 2.5, -.5, -.5), sum dx^2 = 9; consistent: dy = (-.5, .5, -.5, .5), sum dx dy = 2,
+    # sum dy^2 = 1 -> r = 2 / 3; won: dy = (.5, .5, -.5, -.5), sum dx dy = 1 -> r = 1 / 3
+    assert got["steps"] == 4
+    assert got["r_expert"] == pytest.approx(2 / 3)
+    assert got["r_outcome"] == pytest.approx(1 / 3)
+    assert (got["delta_consistent"], got["delta_inconsistent"]) == (pytest.approx(1.5), pytest.approx(-0.5))
+    assert (got["delta_won"], got["delta_lost"]) == (pytest.approx(1.0), pytest.approx(0.0))
+    # gate bins of width 0.05 over all joined rows: 0.32 -> bin 6, 0.52 -> bin 10 (inconsistent);
+    # 0.91 -> 18, 0.57 -> 11, 0.5 -> 10 (the row without a Delta)
+    assert [i for i, c in enumerate(got["gate_hist"]["inconsistent"]) for _ in range(c)] == [6, 10]
+    assert [i for i, c in enumerate(got["gate_hist"]["consistent"]) for _ in range(c)] == [10, 11, 18]
+    assert pearson([1.0, 1.0], [0.0, 1.0]) is None and pearson([1.0], [2.0]) is None
+
+
+def test_group_outcomes_hand_made():
+    actions = {"u1/a#0": {"won": False}, "u1/a#1": {"won": False},   # all fail
+               "u1/b#0": {"won": True}, "u1/b#1": {"won": False},    # mixed
+               "u1/c#0": {"won": True}, "u1/c#1": {"won": True},     # all win
+               "u2/a#0": {"won": False}, "u2/a#1": {"won": None},    # an unknown outcome is left out
+               "eval/a#0": {"won": False}}
+    assert group_outcomes(actions) == {1: {"groups": 3, "all_fail": 1, "all_win": 1},
+                                       2: {"groups": 1, "all_fail": 1, "all_win": 0}}
+
+
 def test_probe_summary_hand_computed():
     rows = [{"consistent": True, "d_a": np.array([0.0, 0.2]), "d_e": np.array([0.0, 0.2]), "subgoal": "find"},
             {"consistent": False, "d_a": np.array([-0.2]), "d_e": np.array([0.1, 0.3]), "subgoal": "find"},
@@ -365,7 +410,8 @@ def test_step_recorder_appends_compact_trajectories(tmp_path):
     record = step_recorder(tmp_path)
     record(UpdateRecord(3, [demo.to_trajectory("u3/hand-pick#1")], {}, {}, {}, {}))
     got = read_step_actions(tmp_path)
-    assert got == {"u3/hand-pick#1": {"task_id": "hand-pick", "actions": [s.action for s in demo.steps]}}
+    assert got == {"u3/hand-pick#1": {"task_id": "hand-pick", "actions": [s.action for s in demo.steps],
+                                      "won": demo.to_trajectory("x").won}}
     # a run killed mid-write leaves a torn last line; the resumed run's recorder drops it and appends
     path = tmp_path / "rl" / "step_actions.jsonl"
     path.write_text(path.read_text() + '{"traj_id": "u4/hand-pick#0", "task_')
@@ -496,6 +542,27 @@ def test_paired_table_hand_made():
         f"| +20.0 [{20 - h3:+.1f}, {20 + h3:+.1f}] | -10.0 [{-10 - h2:+.1f}, {-10 + h2:+.1f}] | 3 |")
     assert not [ln for ln in lines if ln.startswith("| GRPO")]  # the reference has no row
     assert paired_table({**res, "arms": {"seed": res["arms"]["seed"]}}, ["seed"]) == []
+
+
+def test_delta_table_and_group_shares_hand_made():
+    def seed(r_e, r_o, groups):
+        delta = {"steps": 10, "r_expert": r_e, "r_outcome": r_o, "delta_consistent": r_e, "delta_inconsistent": -r_e,
+                 "delta_won": 0.0, "delta_lost": 0.0, "gate_hist": {"consistent": [], "inconsistent": []}}
+        return {"audit": {"delta": delta}, "groups": groups}
+
+    g = {"1": {"groups": 4, "all_fail": 4, "all_win": 0}, "2": {"groups": 4, "all_fail": 2, "all_win": 1},
+         "3": {"groups": 4, "all_fail": 0, "all_win": 0}}
+    res = {"arms": {"oracle": {"0": seed(0.2, 0.1, g), "1": seed(0.4, 0.1, {"3": {"groups": 4, "all_fail": 1,
+                                                                                    "all_win": 0}})}}}
+    rows = [r for r in delta_table(res, ["oracle"]) if r.startswith("| SEED-oracle")]
+    # r_outcome: 0.1 in both seeds, an interval of width 0
+    # r_expert over seeds: mean 0.3, s = 0.1414, half = t_{.975,1} * s / sqrt 2 = 12.706 * 0.1 = 1.2706
+    assert rows == ["| SEED-oracle (expert skills) | 2 | 20 | +0.300 [-0.971, +1.571] | +0.100 [+0.100, +0.100] | "
+                    "0.30 | -0.30 | 0.00 | 0.00 |"]
+    ds = list(res["arms"]["oracle"].values())
+    assert edge_windows(ds, "groups", 1) == ((1, 2), (3, 4))
+    assert group_share(ds, "all_fail", 1, 2) == 1.0 and group_share(ds, "all_fail", 3, 4) == 1 / 8
+    assert group_share(ds, "all_win", 1, 4) == 1 / 16 and group_share(ds, "all_fail", 7, 9) is None
 
 
 def test_link_shared(tmp_path):
@@ -658,6 +725,17 @@ def test_ci_study_end_to_end(tmp_path):
     n = c.rl.num_updates * c.rl.tasks_per_update * c.rollout.group_size
     assert len((tmp_path / "arms" / "seed" / "seed0" / "rl" / "step_actions.jsonl").read_text().splitlines()) == n
     assert set(res["arms"]) == set(c.study.methods) and "oracle" in res["arms"] and "| SEED-oracle" in md
+    # the Delta audit and the GRPO groups: every gate row carries its Delta, every update has one
+    # group per task; GRPO has no gates, the SEED arms have them
+    for arm in ("seed", "oracle"):
+        gate_rows = [json.loads(x) for x in (tmp_path / "arms" / arm / "seed0" / "step_gates.jsonl").read_text().splitlines()]
+        assert gate_rows and all(math.isfinite(r["delta_mean"]) for r in gate_rows)
+        assert res["arms"][arm]["0"]["audit"]["delta"]["steps"] == res["arms"][arm]["0"]["audit"]["joined_rows"] > 0
+    assert res["arms"]["sft_grpo"]["0"]["audit"] is None
+    for arm in c.study.methods:
+        groups = res["arms"][arm]["0"]["groups"]
+        assert len(groups) == c.rl.num_updates and all(g["groups"] == c.rl.tasks_per_update for g in groups.values())
+    assert "## Delta audit" in md and "## GRPO signal" in md and (tmp_path / "audit.png").exists()
     # the oracle's teacher read the env's expert analysis of each very episode (rebuilt from its
     # recorded commands; `household_scripted_answer` called directly)
     expert = household_scripted_answer(household_splits(c.env), bool(c.env.skill_plan))

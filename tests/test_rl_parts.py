@@ -151,6 +151,7 @@ def test_gate_audit_equals_a_numpy_sigmoid_reference():
     old = rng.normal(-2, 1, (4, 5)).astype(np.float32)
     teacher = rng.normal(-2, 1, (4, 5)).astype(np.float32)
     mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]], np.float32)
+    teacher[0, 4] = np.nan  # a padded position's value never reaches the statistics
     rows = [RowInfo("a", 0, True), RowInfo("a", 1, True), RowInfo("b", 0, False), RowInfo("c", 0, True)]
     steps, per_traj = gate_audit(rows, old, teacher, mask, beta=5.0)
     g = 1.0 / (1.0 + np.exp(-5.0 * (teacher.astype(np.float64) - old)))
@@ -160,6 +161,8 @@ def test_gate_audit_equals_a_numpy_sigmoid_reference():
         assert s.n_tokens == m.sum()
         assert s.gate_mean == pytest.approx(g[i][m].mean(), rel=1e-5)
         assert s.gate_gt_half == pytest.approx((g[i][m] > 0.5).mean())
+        assert s.delta_mean == pytest.approx(float(np.mean([teacher[i][k] - old[i][k] for k in np.flatnonzero(m)])),
+                                             rel=1e-6)
     both = np.concatenate([g[0][mask[0] > 0], g[1][mask[1] > 0]])
     assert per_traj["a"].mean == pytest.approx(both.mean(), rel=1e-5) and per_traj["a"].n_tokens == 8
     assert set(per_traj) == {"a", "c"} and math.isclose(per_traj["c"].share_gt_half, (g[3][:2] > 0.5).mean())

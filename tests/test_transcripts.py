@@ -57,7 +57,7 @@ def test_transcript_writer_records_steps_skills_and_gates(tmp_path):
     trajs = [_traj(i, won=i % 3 == 0) for i in range(6)]
     skills = {t.traj_id: f"SKILL {t.task_id}" for t in trajs[:4]}
     gates = {t.traj_id: GateSummary(0.25 + 0.1 * i, 0.5, 7 + i) for i, t in enumerate(trajs[:4])}
-    step_gates = [StepGate(t.traj_id, 1, 0.6 + 0.01 * i, 1.0, 3) for i, t in enumerate(trajs[:4])]
+    step_gates = [StepGate(t.traj_id, 1, 0.6 + 0.01 * i, 1.0, 3, 0.1) for i, t in enumerate(trajs[:4])]
     writer = TranscriptWriter(_run(tmp_path, 3))
     for u in (0, 1):
         writer(UpdateRecord(u, trajs, skills, {}, gates, {}, step_gates))

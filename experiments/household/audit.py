@@ -3,12 +3,14 @@
 Inputs of one RL run directory:
 
 - ``step_gates.jsonl`` (written by `seed_jax.pipeline.rl`): one row per step-sample that had a
-  skill, ``{update, traj_id, step, gate_mean, gate_gt_half, n_tokens}``; the gate is
-  ``g = sigmoid(beta * (l_skill - l_ord))`` per response token under theta_old,
-  ``gate_mean`` its token mean over the step's response and ``gate_gt_half`` the share of
-  its tokens with ``g > 0.5``;
-- the sampled commands of every RL trajectory: ``rl/step_actions.jsonl`` (``{traj_id,
-  task_id, actions}``, written by the RL callback `experiments.household.experiment.step_recorder`).
+  skill, ``{update, traj_id, step, gate_mean, gate_gt_half, n_tokens, delta_mean}``; the gate
+  is ``g = sigmoid(beta * Delta)`` with ``Delta = l_skill - l_ord`` per response token under
+  theta_old, ``gate_mean`` its token mean over the step's response, ``gate_gt_half`` the share
+  of its tokens with ``g > 0.5`` and ``delta_mean`` the token mean of Delta (absent in runs
+  recorded before it was: their rows are left out of the Delta audit);
+- the sampled commands and outcome of every RL trajectory: ``rl/step_actions.jsonl``
+  (``{traj_id, task_id, won, actions}``, written by the RL callback
+  `experiments.household.experiment.step_recorder`).
 
 A step is *expert-consistent* iff its command is one of the exact expert's optimal commands
 at the state where it was taken (`envs.household.replay`, which re-runs the episode from
@@ -20,12 +22,29 @@ Summary of a set S of joined rows, token-weighted (w = n_tokens):
     share_gt(S)   = sum_S w * gate_gt_half / sum_S w
 
 reported separately for consistent and inconsistent rows, per window of updates.
+
+Delta audit (`delta_audit`): over the step-samples with a ``delta_mean``, the Pearson
+correlation of Delta with (a) the step being expert-consistent and (b) its trajectory's
+outcome (won = 1), each a point-biserial correlation,
+
+    r(x, y) = sum_i (x_i - mean x)(y_i - mean y) / sqrt(sum_i (x_i - mean x)^2 sum_i (y_i - mean y)^2),
+
+the mean Delta of each class, and histograms of the step gate per class (fixed bins) for the
+gate plot. A skill that is right for the trajectory should give r > 0 in (a).
+
+Group outcomes (`group_outcomes`): a GRPO group is the rollouts of one task in one update
+(trajectory ids ``u<k>/<task>#<i>`` sharing ``u<k>/<task>``); a group whose rollouts all fail
+(or all win) has zero advantage on every row, so GRPO gets no signal from it while OPD still
+weights its tokens. Reported per update: groups, all-fail groups, all-win groups.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from seed_jax.envs.household import replay
 from seed_jax.jsonl import read_jsonl
@@ -34,12 +53,27 @@ GATE_FILE = "step_gates.jsonl"
 STEP_ACTIONS_FILE = "rl/step_actions.jsonl"
 
 
+GATE_BINS = 20  # histogram bins of the step gate over [0, 1]
+
+
 def read_step_actions(workdir: str | Path) -> dict[str, dict]:
-    """traj_id -> {'task_id', 'actions'} of the RL stage's trajectories ({} when none were recorded)."""
+    """traj_id -> {'task_id', 'actions', 'won'} of the RL stage's trajectories ({} when none
+    were recorded; 'won' None in records without it)."""
     path = Path(workdir) / STEP_ACTIONS_FILE
     if not path.exists():
         return {}
-    return {d["traj_id"]: {"task_id": d["task_id"], "actions": list(d["actions"])} for d in read_jsonl(path)}
+    return {d["traj_id"]: {"task_id": d["task_id"], "actions": list(d["actions"]), "won": d.get("won")}
+            for d in read_jsonl(path)}
+
+
+def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """r(x, y) of the module docstring; None under 2 pairs or when either has no variance."""
+    x, y = (np.asarray(v, np.float64) for v in (xs, ys))
+    if x.size < 2 or x.size != y.size:
+        return None
+    dx, dy = x - x.mean(), y - y.mean()
+    den = math.sqrt(float((dx * dx).sum() * (dy * dy).sum()))
+    return float((dx * dy).sum()) / den if den > 0 else None
 
 
 def step_consistency(task: dict, actions: Sequence[str]) -> list[bool]:
@@ -90,7 +124,7 @@ def join_gates(gate_rows: Iterable[Mapping], step_actions: Mapping[str, Mapping]
         k = int(r["step"])
         if not 0 <= k < len(flags):
             continue
-        out.append({**r, "consistent": bool(flags[k])})
+        out.append({**r, "consistent": bool(flags[k]), "won": rec.get("won")})
     return out
 
 
@@ -127,6 +161,52 @@ def per_update(joined: Sequence[Mapping]) -> dict[int, dict]:
             for u in ups}
 
 
+def _mean(xs: Sequence[float]) -> float | None:
+    return float(np.mean(xs)) if len(xs) else None
+
+
+def delta_audit(joined: Sequence[Mapping]) -> dict:
+    """The Delta audit of the module docstring over the joined rows that carry ``delta_mean``
+    (the gate histograms over all joined rows):
+    ``{'steps', 'r_expert', 'r_outcome', 'delta_consistent', 'delta_inconsistent', 'delta_won',
+    'delta_lost', 'gate_hist': {'consistent': counts, 'inconsistent': counts}}`` (``r_outcome``
+    over the rows whose trajectory outcome is known)."""
+    rows = [r for r in joined if r.get("delta_mean") is not None]
+    delta = [float(r["delta_mean"]) for r in rows]
+    known = [r for r in rows if r.get("won") is not None]
+    edges = np.linspace(0.0, 1.0, GATE_BINS + 1)
+
+    def hist(kind: bool) -> list[int]:  # over every joined row: gates were recorded before Deltas were
+        return np.histogram([float(r["gate_mean"]) for r in joined if r["consistent"] == kind], edges)[0].tolist()
+
+    return {"steps": len(rows),
+            "r_expert": pearson(delta, [float(r["consistent"]) for r in rows]),
+            "r_outcome": pearson([float(r["delta_mean"]) for r in known], [float(bool(r["won"])) for r in known]),
+            "delta_consistent": _mean([float(r["delta_mean"]) for r in rows if r["consistent"]]),
+            "delta_inconsistent": _mean([float(r["delta_mean"]) for r in rows if not r["consistent"]]),
+            "delta_won": _mean([float(r["delta_mean"]) for r in known if r["won"]]),
+            "delta_lost": _mean([float(r["delta_mean"]) for r in known if not r["won"]]),
+            "gate_hist": {"consistent": hist(True), "inconsistent": hist(False)}}
+
+
+def group_outcomes(step_actions: Mapping[str, Mapping]) -> dict[int, dict]:
+    """update -> {'groups', 'all_fail', 'all_win'} over the GRPO groups of the module docstring
+    (trajectories without a recorded outcome are left out)."""
+    groups: dict[tuple[int, str], list[bool]] = {}
+    for tid, rec in step_actions.items():
+        u = update_of(tid)
+        if u is None or rec.get("won") is None:
+            continue
+        groups.setdefault((u, tid.split("#", 1)[0]), []).append(bool(rec["won"]))
+    out: dict[int, dict] = {}
+    for (u, _), wins in sorted(groups.items()):
+        acc = out.setdefault(u, {"groups": 0, "all_fail": 0, "all_win": 0})
+        acc["groups"] += 1
+        acc["all_fail"] += not any(wins)
+        acc["all_win"] += all(wins)
+    return out
+
+
 def audit_run(workdir: str | Path, tasks_by_id: Mapping[str, dict], num_updates: int,
               actions: Mapping[str, Mapping] | None = None) -> dict | None:
     """The audit of one RL run directory; None when it has no gate rows (e.g. GRPO).
@@ -139,4 +219,4 @@ def audit_run(workdir: str | Path, tasks_by_id: Mapping[str, dict], num_updates:
     actions = read_step_actions(workdir) if actions is None else actions
     joined = join_gates(gates, actions, tasks_by_id)
     return {"gate_rows": len(gates), "joined_rows": len(joined), "summary": summarize(joined, num_updates),
-            "per_update": per_update(joined)}
+            "per_update": per_update(joined), "delta": delta_audit(joined)}

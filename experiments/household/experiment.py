@@ -12,7 +12,7 @@ Layout of the output directory ``OUT``::
     arms/<arm>/seed<k>/       one RL run: stage1/, sft/ and stages/{collect,annotate,sft}.json
                               copied from base/, then `run_pipeline(config, dir, "rl,eval")`
     probe.json                teacher probe of the stage-1 checkpoint and final GRPO / SEED policies
-    results.md, results.json, curves.png, gates.png, timings.json
+    results.md, results.json, curves.png, gates.png, audit.png, timings.json
 
 An *arm* is a method of `seed_jax.pipeline.validate` (``sft_grpo`` = GRPO from the stage-1
 checkpoint with lambda_opd 0, ``seed``, ``seed_static``, ``seed_shuffled``), a named arm of

@@ -1,4 +1,5 @@
-"""The study's results: markdown table, results.json, PNG learning curves and gate curves.
+"""The study's results: markdown table, results.json, PNG learning curves, gate curves and the
+audit plot (gate vs expert-consistency, all-fail GRPO groups).
 
 Success figures are evaluation success rates (temperature ``eval.temperature``, no skills in
 the prompt, every task of the split once) of
@@ -9,7 +10,10 @@ the prompt, every task of the split once) of
 
 Across seeds: mean and sample standard deviation (ddof = 1; '-' for one seed), in percent.
 The audit table is `experiments.household.audit.summarize` pooled over seeds: every joined
-step-sample of the arm's seeds in that window, token-weighted.
+step-sample of the arm's seeds in that window, token-weighted. The Delta audit
+(`experiments.household.audit.delta_audit`) is computed per seed and reported as the mean over
+seeds with its 95 % t-interval; the all-fail share of GRPO groups (`audit.group_outcomes`) is
+pooled over seeds.
 """
 
 from __future__ import annotations
@@ -21,7 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from seed_jax.experiments.household.audit import audit_run, consistency_by_update, read_step_actions
+from seed_jax.experiments.household.audit import (
+    GATE_BINS,
+    audit_run,
+    consistency_by_update,
+    group_outcomes,
+    read_step_actions,
+)
 from seed_jax.metrics import METRICS_FILE, MetricsWriter
 from seed_jax.pipeline.environments import make_benchmark
 from seed_jax.report import collect_series, new_figure, save_figure
@@ -149,6 +159,7 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
                 "teacher_gap": recs.get("train/teacher_gap", {}),
                 "consistency": {str(u): v for u, v in consistency_by_update(actions, tasks_by_id).items()},
                 "audit": audit_run(wd, tasks_by_id, config.rl.num_updates, actions),
+                "groups": {str(u): v for u, v in group_outcomes(actions).items()},
             }
         res["arms"][arm] = per_seed
     return res
@@ -187,6 +198,57 @@ def consistent_share(per_seed: Sequence[dict], lo: int, hi: int) -> float | None
                 c += v["consistent"]
                 n += v["steps"]
     return c / n if n else None
+
+
+def edge_windows(per_seed: Sequence[dict], field: str, width: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """[lo, hi) of the first and of the last ``width`` updates present in ``field`` of any seed
+    (runs number their updates from 1, runs recorded before that from 0)."""
+    ups = sorted({int(u) for d in per_seed for u in (d.get(field) or {})}) or [0]
+    first, last = ups[:width], ups[-width:]
+    return (first[0], first[-1] + 1), (last[0], last[-1] + 1)
+
+
+def group_share(per_seed: Sequence[dict], key: str, lo: int, hi: int) -> float | None:
+    """Pooled share of GRPO groups with outcome ``key`` ('all_fail' | 'all_win') over updates
+    [lo, hi) of all seeds (`audit.group_outcomes`)."""
+    k = n = 0
+    for d in per_seed:
+        for u, v in (d.get("groups") or {}).items():
+            if lo <= int(u) < hi:
+                k += v[key]
+                n += v["groups"]
+    return k / n if n else None
+
+
+def delta_table(res: dict, arms: Sequence[str]) -> list[str]:
+    """The Delta audit per arm: each correlation is computed per seed (`audit.delta_audit`) and
+    reported as its mean over seeds with the 95 % t-interval (`ci95`); mean Deltas pooled the same way."""
+    rows = []
+    for arm in arms:
+        ds = [d["audit"]["delta"] for d in res["arms"].get(arm, {}).values()
+              if (d.get("audit") or {}).get("delta", {}).get("steps")]
+        if not ds:
+            continue
+        cells = [fmt_r(ci95([d[k] for d in ds])) for k in ("r_expert", "r_outcome")]
+        cells += [_f(mean_std([d[k] for d in ds])[0], 2) for k in
+                  ("delta_consistent", "delta_inconsistent", "delta_won", "delta_lost")]
+        rows.append(f"| {arm_label(arm)} | {len(ds)} | {sum(d['steps'] for d in ds)} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", "## Delta audit: does the skill-induced shift follow the expert and the outcome?", "",
+            "Delta = mean over a step's response tokens of l_skill - l_ord under theta_old (nats per token), "
+            "one value per step-sample with a skill; r = Pearson (point-biserial) correlation of Delta with the "
+            "step being the exact expert's action, and with its trajectory's success; per seed, then mean "
+            "[95 % t-interval] over seeds.", "",
+            "| arm | seeds | step-samples | r(Delta, expert action) | r(Delta, success) | mean Delta, expert "
+            "actions | other actions | won trajectories | lost |", "|---|---|---|---|---|---|---|---|---|", *rows]
+
+
+def fmt_r(stat: tuple[float | None, float | None, int]) -> str:
+    mean, half, n = stat
+    if mean is None:
+        return "-"
+    return f"{mean:+.3f}" + (f" [{mean - half:+.3f}, {mean + half:+.3f}]" if half is not None and n >= 2 else "")
 
 
 def start_changes(res: dict, arm: str, split: str, point: str = "final") -> list[float]:
@@ -335,6 +397,21 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
                 lines.append(f"| {arm_label(arm)} | {window} | {c['rows']} | {_f(c['gate_mean'])} | "
                              f"{_f(c['gate_gt_half'])} | {i['rows']} | {_f(i['gate_mean'])} | "
                              f"{_f(i['gate_gt_half'])} |")
+    lines += delta_table(res, arms)
+    grouped = [a for a in arms if any(d.get("groups") for d in res["arms"].get(a, {}).values())]
+    if grouped:
+        third = max(1, U // 3)
+        lines += ["", "## GRPO signal: groups whose rollouts all fail (or all win) have zero advantage", "",
+                  "A group = the rollouts of one task in one update; shares pooled over seeds.", "",
+                  "| arm | groups | all-fail, first third | last third | all updates | all-win, all updates |",
+                  "|---|---|---|---|---|---|"]
+        for arm in grouped:
+            ds = list(res["arms"][arm].values())
+            n = sum(v["groups"] for d in ds for v in (d.get("groups") or {}).values())
+            (f_lo, f_hi), (l_lo, l_hi) = edge_windows(ds, "groups", third)
+            lines.append(f"| {arm_label(arm)} | {n} | {_f(group_share(ds, 'all_fail', f_lo, f_hi))} | "
+                         f"{_f(group_share(ds, 'all_fail', l_lo, l_hi))} | "
+                         f"{_f(group_share(ds, 'all_fail', f_lo, l_hi))} | {_f(group_share(ds, 'all_win', f_lo, l_hi))} |")
     if res.get("probe"):
         lines += ["", "## Teacher probe: does the hint H(h, s) favour the expert's action?", "",
                   "Fresh noisy demonstrations (30 % detours; the demonstrator searches for the object when "
@@ -370,10 +447,10 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
             vals = [v for d in ds for _, v in sorted(d[key].items())[sl]]
             return float(np.mean(vals)) if vals else None
 
-        third = max(1, U // 3)
+        first, last = edge_windows(ds, "consistency", max(1, U // 3))
         lines.append(f"| {arm_label(arm)} | {_f(avg('train_success', slice(0, 3)))} | "
-                     f"{_f(avg('train_success', slice(-3, None)))} | {_f(consistent_share(ds, 0, third))} | "
-                     f"{_f(consistent_share(ds, U - third, U))} | {_f(avg('parse_rate'))} | "
+                     f"{_f(avg('train_success', slice(-3, None)))} | {_f(consistent_share(ds, *first))} | "
+                     f"{_f(consistent_share(ds, *last))} | {_f(avg('parse_rate'))} | "
                      f"{_f(avg('opd_active_share'))} | {_f(avg('teacher_gap'))} |")
     s1 = res.get("stage1_annotate") or {}
     s0 = res.get("stage0_summary") or {}
@@ -477,6 +554,44 @@ def plot_gates(res: dict, arms: Sequence[str], path: Path) -> Path | None:
     return save_figure(fig, path, dpi=110)
 
 
+def plot_audit(res: dict, arms: Sequence[str], path: Path) -> Path | None:
+    """Left: distribution of the step gate (token mean of g over a step's response, theta_old)
+    on the exact expert's actions (solid) and on other actions (dashed), per audited arm, pooled
+    over seeds (`audit.delta_audit` histograms, each normalized to a density). Right: share of
+    all-fail GRPO groups per update, pooled over seeds (`audit.group_outcomes`). One colour per
+    arm, as in `plot_curves`."""
+    audited = [a for a in arms if any((d.get("audit") or {}).get("delta") for d in res["arms"].get(a, {}).values())]
+    grouped = [a for a in arms if any(d.get("groups") for d in res["arms"].get(a, {}).values())]
+    if not audited and not grouped:
+        return None
+    fig, axes = new_figure(1, 2, (6.5, 4.2))
+    ax, ax2 = axes[0]
+    centers = (np.arange(GATE_BINS) + 0.5) / GATE_BINS
+    for arm in audited:
+        for kind, style in (("consistent", "-"), ("inconsistent", "--")):
+            h = np.sum([d["audit"]["delta"]["gate_hist"][kind] for d in res["arms"][arm].values()
+                        if (d.get("audit") or {}).get("delta")], axis=0).astype(float)
+            if h.sum() > 0:
+                ax.plot(centers, h / h.sum() * GATE_BINS, style, color=arm_color(arms, arm),
+                        label=f"{arm_label(arm)}: {'expert' if kind == 'consistent' else 'other'} actions")
+    ax.axvline(0.5, color="gray", lw=0.5)
+    ax.set_xlabel("step gate g = sigmoid(beta Delta), token mean")
+    ax.set_ylabel("density over step-samples")
+    ax.set_title("Gate vs expert-consistency")
+    ax.legend(fontsize=7)
+    for arm in grouped:
+        ds = list(res["arms"][arm].values())
+        ups = sorted({int(u) for d in ds for u in (d.get("groups") or {})})
+        ax2.plot(ups, [group_share(ds, "all_fail", u, u + 1) for u in ups], color=arm_color(arms, arm),
+                 label=arm_label(arm))
+    ax2.set_xlabel("RL update")
+    ax2.set_ylabel("share of groups whose rollouts all fail")
+    ax2.set_ylim(-0.02, 1.02)
+    ax2.set_title("GRPO groups with no signal (all fail)")
+    ax2.legend(fontsize=7)
+    return save_figure(fig, path, dpi=110)
+
+
 def write_report(config, out: str | Path, arms: Sequence[str], seeds: Sequence[int]) -> dict:
     out = Path(out)
     res = collect_results(config, out, arms, seeds)
@@ -487,5 +602,6 @@ def write_report(config, out: str | Path, arms: Sequence[str], seeds: Sequence[i
     (out / "results.json").write_text(json.dumps(res, indent=1, default=str))
     plot_curves(res, arms, out / "curves.png")
     plot_gates(res, arms, out / "gates.png")
+    plot_audit(res, arms, out / "audit.png")
     res["markdown"] = md
     return res

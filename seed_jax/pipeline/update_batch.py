@@ -10,7 +10,8 @@ With theta_old the parameters that start the update (they generated the rollouts
 
 Skill audit: per step-sample with a skill, the gate statistics of `seed_jax.losses.opd_loss`
 (``gate_mean``, ``gate_gt_half`` over its response tokens, gate ``g = sigmoid(beta_opd *
-(t - l))`` with ``t = teacher_logp``, ``l = old_logp``), pooled per trajectory as token sums.
+(t - l))`` with ``t = teacher_logp``, ``l = old_logp``), pooled per trajectory as token sums,
+and the skill-induced shift ``delta_mean = mean_tokens (t - l)`` of each step-sample.
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ class StepGate:
     gate_mean: float
     gate_gt_half: float
     n_tokens: int
+    delta_mean: float  # mean over the response tokens of t - l (nats per token)
 
     def to_json(self, update: int) -> dict:
         return {"update": int(update), "traj_id": self.traj_id, "step": int(self.step),
                 "gate_mean": float(self.gate_mean), "gate_gt_half": float(self.gate_gt_half),
-                "n_tokens": int(self.n_tokens)}
+                "n_tokens": int(self.n_tokens), "delta_mean": float(self.delta_mean)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,19 +75,24 @@ def _row_gate_sums(old_logp, teacher_logp, mask, beta):
 
 def gate_audit(rows: Sequence[RowInfo], old_logp, teacher_logp, response_mask,
                beta: float) -> tuple[list[StepGate], dict[str, GateSummary]]:
-    """Gate statistics of the rows with a skill: per step-sample and pooled per trajectory."""
+    """Gate statistics of the rows with a skill: per step-sample and pooled per trajectory; per
+    step-sample also ``delta_mean = sum_k m_k (t_k - l_k) / sum_k m_k`` (m = response mask)."""
     idx = [i for i, r in enumerate(rows) if r.has_skill]
     if not idx:
         return [], {}
     mean, gt = _row_gate_sums(jnp.asarray(old_logp[idx]), jnp.asarray(teacher_logp[idx]),
                               jnp.asarray(response_mask[idx]), jnp.float32(beta))
     mean_t, gt_t, count = (np.asarray(x, np.float64) for x in (mean.total, gt.total, mean.count))
+    m = np.asarray(response_mask, np.float64)[idx]
+    diff = np.asarray(teacher_logp, np.float64)[idx] - np.asarray(old_logp, np.float64)[idx]
+    delta_t = np.where(m > 0, diff * m, 0.0).sum(-1)
     steps, pooled = [], {}
     for k, i in enumerate(idx):
         r = rows[i]
         if count[k] <= 0:
             continue
-        steps.append(StepGate(r.traj_id, r.step_index, mean_t[k] / count[k], gt_t[k] / count[k], int(count[k])))
+        steps.append(StepGate(r.traj_id, r.step_index, mean_t[k] / count[k], gt_t[k] / count[k], int(count[k]),
+                              delta_t[k] / count[k]))
         acc = pooled.setdefault(r.traj_id, [0.0, 0.0, 0.0])
         acc[0] += mean_t[k]
         acc[1] += gt_t[k]
