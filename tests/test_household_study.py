@@ -27,15 +27,17 @@ from seed_jax.experiments.household.audit import (
     delta_audit,
     group_outcomes,
     join_gates,
+    names_start_place,
     pearson,
     read_step_actions,
+    skill_accuracy_by_update,
     summarize,
     update_of,
 )
 from seed_jax.experiments.household.bc import bc_batches, bc_examples, cycled_batches, random_policy_success, run_stage0
 from seed_jax.experiments.household.demos import noisy_episode, subgoal_text
 from seed_jax.experiments.household.experiment import arm_config, arms_of, link_shared, run_study, step_recorder
-from seed_jax.experiments.household.probe import _summary, names_start_place, probe_points, subgoal_verb
+from seed_jax.experiments.household.probe import _summary, probe_points, subgoal_verb
 from seed_jax.experiments.household.report import (
     T975,
     change_table,
@@ -49,6 +51,7 @@ from seed_jax.experiments.household.report import (
     paired_differences,
     paired_table,
     repeat_share,
+    skill_share,
     start_changes,
 )
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
@@ -544,6 +547,20 @@ def test_paired_table_hand_made():
     assert paired_table({**res, "arms": {"seed": res["arms"]["seed"]}}, ["seed"]) == []
 
 
+def test_skill_accuracy_by_update_hand_made(tmp_path):
+    rows = [{"update": 1, "task_id": "hand-pick", "parse_ok": True, "skill": "The apple was in the fridge 1."},
+            {"update": 1, "task_id": "hand-pick", "parse_ok": True, "skill": "Look on the sinkbasin 1."},
+            {"update": 1, "task_id": "hand-pick", "parse_ok": False, "skill": "fridge 1"},  # unparsed: not counted
+            {"update": 2, "task_id": "hand-pick", "parse_ok": True, "skill": "Check fridge 12 first."},
+            {"update": 2, "task_id": "unknown", "parse_ok": True, "skill": "fridge 1"}]
+    (tmp_path / "skills.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = skill_accuracy_by_update(tmp_path, {"hand-pick": PICK_TASK})
+    assert got == {1: {"skills": 3, "parsed": 2, "names_place": 1}, 2: {"skills": 1, "parsed": 1, "names_place": 0}}
+    per_seed = [{"skill_accuracy": {str(u): v for u, v in got.items()}}]
+    assert skill_share(per_seed, "names_place", 1, 3) == 1 / 4 and skill_share(per_seed, "parsed", 2, 3) == 1.0
+    assert skill_accuracy_by_update(tmp_path / "none", {}) == {}
+
+
 def test_delta_table_and_group_shares_hand_made():
     def seed(r_e, r_o, groups):
         delta = {"steps": 10, "r_expert": r_e, "r_outcome": r_o, "delta_consistent": r_e, "delta_inconsistent": -r_e,
@@ -736,6 +753,10 @@ def test_ci_study_end_to_end(tmp_path):
         groups = res["arms"][arm]["0"]["groups"]
         assert len(groups) == c.rl.num_updates and all(g["groups"] == c.rl.tasks_per_update for g in groups.values())
     assert "## Delta audit" in md and "## GRPO signal" in md and (tmp_path / "audit.png").exists()
+    # the oracle's skills are the expert's analysis, which names where the object was: accuracy 1
+    acc = res["arms"]["oracle"]["0"]["skill_accuracy"]
+    assert sum(v["skills"] for v in acc.values()) == n and all(v["names_place"] == v["skills"] for v in acc.values())
+    assert "## Analyzer accuracy" in md and not res["arms"]["sft_grpo"]["0"]["skill_accuracy"]
     # the oracle's teacher read the env's expert analysis of each very episode (rebuilt from its
     # recorded commands; `household_scripted_answer` called directly)
     expert = household_scripted_answer(household_splits(c.env), bool(c.env.skill_plan))

@@ -41,6 +41,7 @@ weights its tokens. Reported per update: groups, all-fail groups, all-win groups
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -53,6 +54,7 @@ GATE_FILE = "step_gates.jsonl"
 STEP_ACTIONS_FILE = "rl/step_actions.jsonl"
 
 
+SKILLS_FILE = "skills.jsonl"
 GATE_BINS = 20  # histogram bins of the step gate over [0, 1]
 
 
@@ -64,6 +66,32 @@ def read_step_actions(workdir: str | Path) -> dict[str, dict]:
         return {}
     return {d["traj_id"]: {"task_id": d["task_id"], "actions": list(d["actions"]), "won": d.get("won")}
             for d in read_jsonl(path)}
+
+
+def names_start_place(skill: str | None, task: dict) -> bool:
+    """The skill names the receptacle the task object starts in ('fridge 1'), as whole words."""
+    place = task["objects"][task["target_object"]]
+    return bool(skill) and re.search(rf"\b{re.escape(place)}\b", skill) is not None
+
+
+def skill_accuracy_by_update(workdir: str | Path, tasks_by_id: Mapping[str, dict]) -> dict[int, dict]:
+    """update -> {'skills', 'parsed', 'names_place'} over the RL stage's skills
+    (``skills.jsonl``: one row per trajectory analysed, ``{update, task_id, parse_ok, skill}``):
+    how many were written, parsed, and name the task object's start place
+    (`names_start_place`): the analyzer-accuracy measure (an expert skill names it)."""
+    path = Path(workdir) / SKILLS_FILE
+    out: dict[int, dict] = {}
+    if not path.exists():
+        return out
+    for r in read_jsonl(path):
+        task = tasks_by_id.get(r.get("task_id"))
+        if task is None:
+            continue
+        acc = out.setdefault(int(r["update"]), {"skills": 0, "parsed": 0, "names_place": 0})
+        acc["skills"] += 1
+        acc["parsed"] += bool(r.get("parse_ok"))
+        acc["names_place"] += bool(r.get("parse_ok")) and names_start_place(r.get("skill"), task)
+    return dict(sorted(out.items()))
 
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:

@@ -35,13 +35,13 @@ object's place are among the inconsistent steps, as in the policy's own rollouts
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from seed_jax.buckets import round_up
+from seed_jax.experiments.household.audit import names_start_place
 from seed_jax.experiments.household.bc import PROMPT_BUCKETS, RESPONSE_BUCKETS, encode_examples
 from seed_jax.experiments.household.demos import noisy_episode, subgoal_verb
 from seed_jax.experiments.household.report import arm_dir
@@ -98,12 +98,6 @@ def _summary(rows: Sequence[dict], beta: float) -> dict:
                                "lift_sampled": float(np.mean([r["d_a"].sum() for r in v])),
                                "headroom_expert": headroom(v)}
                            for k, v in sorted(by_subgoal.items())}}
-
-
-def names_start_place(skill: str | None, task: dict) -> bool:
-    """The skill names the receptacle the task object starts in ('fridge 1'), as whole words."""
-    place = task["objects"][task["target_object"]]
-    return bool(skill) and re.search(rf"\b{re.escape(place)}\b", skill) is not None
 
 
 def teacher_probe(model, tok, tasks: Sequence[dict], *, noise: float = 0.3, max_steps: int = 15,

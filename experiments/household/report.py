@@ -31,6 +31,7 @@ from seed_jax.experiments.household.audit import (
     consistency_by_update,
     group_outcomes,
     read_step_actions,
+    skill_accuracy_by_update,
 )
 from seed_jax.metrics import METRICS_FILE, MetricsWriter
 from seed_jax.pipeline.environments import make_benchmark
@@ -160,6 +161,7 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
                 "consistency": {str(u): v for u, v in consistency_by_update(actions, tasks_by_id).items()},
                 "audit": audit_run(wd, tasks_by_id, config.rl.num_updates, actions),
                 "groups": {str(u): v for u, v in group_outcomes(actions).items()},
+                "skill_accuracy": {str(u): v for u, v in skill_accuracy_by_update(wd, tasks_by_id).items()},
             }
         res["arms"][arm] = per_seed
     return res
@@ -206,6 +208,18 @@ def edge_windows(per_seed: Sequence[dict], field: str, width: int) -> tuple[tupl
     ups = sorted({int(u) for d in per_seed for u in (d.get(field) or {})}) or [0]
     first, last = ups[:width], ups[-width:]
     return (first[0], first[-1] + 1), (last[0], last[-1] + 1)
+
+
+def skill_share(per_seed: Sequence[dict], key: str, lo: int, hi: int) -> float | None:
+    """Pooled share of the RL skills with ``key`` ('parsed' | 'names_place') over updates
+    [lo, hi) of all seeds (`audit.skill_accuracy_by_update`)."""
+    k = n = 0
+    for d in per_seed:
+        for u, v in (d.get("skill_accuracy") or {}).items():
+            if lo <= int(u) < hi:
+                k += v[key]
+                n += v["skills"]
+    return k / n if n else None
 
 
 def group_share(per_seed: Sequence[dict], key: str, lo: int, hi: int) -> float | None:
@@ -412,6 +426,21 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
             lines.append(f"| {arm_label(arm)} | {n} | {_f(group_share(ds, 'all_fail', f_lo, f_hi))} | "
                          f"{_f(group_share(ds, 'all_fail', l_lo, l_hi))} | "
                          f"{_f(group_share(ds, 'all_fail', f_lo, l_hi))} | {_f(group_share(ds, 'all_win', f_lo, l_hi))} |")
+    skilled = [a for a in arms if any(d.get("skill_accuracy") for d in res["arms"].get(a, {}).values())]
+    if skilled:
+        third = max(1, U // 3)
+        lines += ["", "## Analyzer accuracy: do the RL skills name where the task object was?", "",
+                  "Share of the skills the teacher read (one per trajectory) that parse and name the task object's "
+                  "start place (an expert skill does); pooled over seeds.", "",
+                  "| arm | skills | names the place, first third | last third | all updates | parsed, all updates |",
+                  "|---|---|---|---|---|---|"]
+        for arm in skilled:
+            ds = list(res["arms"][arm].values())
+            n = sum(v["skills"] for d in ds for v in (d.get("skill_accuracy") or {}).values())
+            (f_lo, f_hi), (l_lo, l_hi) = edge_windows(ds, "skill_accuracy", third)
+            lines.append(f"| {arm_label(arm)} | {n} | {_f(skill_share(ds, 'names_place', f_lo, f_hi))} | "
+                         f"{_f(skill_share(ds, 'names_place', l_lo, l_hi))} | "
+                         f"{_f(skill_share(ds, 'names_place', f_lo, l_hi))} | {_f(skill_share(ds, 'parsed', f_lo, l_hi))} |")
     if res.get("probe"):
         lines += ["", "## Teacher probe: does the hint H(h, s) favour the expert's action?", "",
                   "Fresh noisy demonstrations (30 % detours; the demonstrator searches for the object when "
