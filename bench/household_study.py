@@ -76,7 +76,9 @@ def check(args) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="study", choices=("study", "ci", "tiny", "gpu"))
+    from seed_jax.configs.household import PRESETS
+
+    ap.add_argument("--preset", default="study", choices=PRESETS)
     ap.add_argument("--out", default=None)
     ap.add_argument("--arms", default=None, help="comma-separated arms (default: config.study.methods + sweep)")
     ap.add_argument("--seeds", default=None, help="comma-separated seeds (default: config.study.seeds)")

@@ -13,6 +13,14 @@ Presets:
   study takes many hours, which `--archive` spreads over sessions;
 - ``ci``: the same study at toy scale (GRPO, SEED and oracle arms), a few minutes;
 - ``tiny``: the smallest settings that still run every stage (tests of the plumbing);
+- ``hard``: the study's RL arms on a task set where the stage-1 policy rarely succeeds, so most
+  GRPO groups are all-fail (no advantage signal) while OPD still weights tokens: layouts of 8
+  receptacles instead of 5 (the other keys the study's), where round four's stage-1 checkpoint
+  succeeds 10.4 % on both splits (5 receptacles: 56.2 %; `bench/household_hardness.py`, the
+  mildest point of its grid at <= 15 %); 45 updates (the budget at which GRPO learned in the
+  normal regime), arms GRPO, SEED and the oracle. Run it from the study's own stage 0 and
+  stage 1 (``--shared`` a study directory), so that every arm starts from that checkpoint;
+  stage 0 and stage 1 of this preset alone would be trained on the hard layouts instead;
 - ``gpu``: the study with the pretrained SmolLM2-135M-Instruct as the policy (it reads English
   hints) instead of the from-scratch decoder: stage 0 fine-tunes it by behaviour cloning (no
   induction warm-up) on SmolLM2's own tokenizer, then GRPO, SEED and oracle arms for one seed; sized
@@ -43,7 +51,7 @@ import ml_collections
 
 from seed_jax.configs.base import base_config
 
-PRESETS = ("study", "ci", "tiny", "gpu")
+PRESETS = ("study", "ci", "tiny", "gpu", "hard")
 
 # The ci and tiny presets: the study's settings with these changed, key -> (ci, tiny); None
 # keeps the study's value for that preset.
@@ -77,6 +85,13 @@ _GPU = {
     "rollout.max_response_tokens": 64, "model.attention": "dot_product",
     "rl.num_updates": 10, "rl.eval_every": 5, "rl.checkpoint_every": 5, "train.lr": 1e-5,
     "study.methods": ("sft_grpo", "seed", "oracle"), "study.seeds": (0,), "study.probe_tasks": 16,
+}
+
+
+# The hard preset: the study's settings with these changed (the RL task set and budget only).
+_HARD = {
+    "env.num_receptacles": 8, "rl.num_updates": 45, "rl.checkpoint_every": 15,
+    "study.methods": ("sft_grpo", "seed", "oracle"), "study.probe_tasks": 0,
 }
 
 
@@ -136,9 +151,8 @@ def get_config(preset: str = "study"):
             if values[col] is not None:
                 section, name = key.split(".")
                 c[section][name] = values[col]
-    if preset == "gpu":
-        for key, value in _GPU.items():
-            section, name = key.split(".")
-            c[section][name] = value
+    for key, value in {"gpu": _GPU, "hard": _HARD}.get(preset, {}).items():
+        section, name = key.split(".")
+        c[section][name] = value
     c.lock()
     return c

@@ -446,7 +446,7 @@ def test_repeat_share_hand_made(tmp_path):
 # ------------------------------------------------------------------ configs and arms
 
 
-@pytest.mark.parametrize("preset", ["study", "ci", "tiny"])
+@pytest.mark.parametrize("preset", ["study", "ci", "tiny", "hard"])
 def test_presets_validate(preset):
     c = _household_config(preset)
     validate(c)
@@ -458,7 +458,21 @@ def test_presets_validate(preset):
     assert a.method == "seed" and a.train.lambda_opd == 0.1 and c.train.lambda_opd == 0.01
 
 
-@pytest.mark.parametrize("preset", ["study", "ci", "gpu"])
+def test_hard_preset_changes_only_the_rl_task_set_and_budget():
+    """The hard preset runs from the study's stage 0 and stage 1 (--shared): everything those
+    stages read is the study's; the RL tasks come from 8-receptacle layouts, 45 updates."""
+    study, hard = _household_config("study").to_dict(), _household_config("hard").to_dict()
+    diff = {(sec, k) for sec in study for k in (study[sec] if isinstance(study[sec], dict) else [None])
+            if (study[sec].get(k) if k else study[sec]) != (hard[sec].get(k) if k else hard[sec])}
+    assert diff == {("env", "num_receptacles"), ("rl", "num_updates"),
+                    ("rl", "checkpoint_every"), ("study", "methods"), ("study", "probe_tasks")}
+    assert hard["env"]["num_receptacles"] == 8 and hard["rl"]["num_updates"] == 45
+    for preset, n in (("hard", 8), ("study", 5)):  # the RL tasks' layouts
+        bench = make_benchmark(_household_config(preset).env)
+        assert {len(load_task(t)[0].receptacles) for t in bench.tasks(bench.train_split)[:8]} == {n}
+
+
+@pytest.mark.parametrize("preset", ["study", "ci", "gpu", "hard"])
 def test_oracle_arm_is_seed_with_the_envs_expert_skills(preset):
     c = _household_config(preset)
     assert "oracle" in arms_of(c)
