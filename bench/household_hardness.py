@@ -114,7 +114,7 @@ def main(argv=None) -> int:
             for s, v in row["splits"].items()), flush=True)
     (out / "hardness.json").write_text(json.dumps({"shared": str(shared), "set": args.set, "rows": rows}, indent=1))
     hard = [row for row in rows if all(v["success"] <= 0.15 for v in row["splits"].values())]
-    print(f"hard regime (success <= 0.15 on every split): "
+    print("hard regime (success <= 0.15 on every split): "
           + (f"{hard[0]['num_receptacles']} receptacles, closed share {hard[0]['closed_share']:g}" if hard
              else "none of the grid"))
     return 0

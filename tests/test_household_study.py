@@ -796,3 +796,22 @@ def test_ci_study_end_to_end(tmp_path):
     elsewhere = run_study(c, tmp_path / "elsewhere", archive=tmp_path / "archive")
     assert not (tmp_path / "elsewhere" / "arms" / "seed" / "seed0" / "sft").exists()
     assert elsewhere["arms"] == res["arms"] and elsewhere["probe"] == res["probe"]
+
+
+def test_hardness_scan_refuses_bad_input_before_any_work(tmp_path, capsys):
+    from bench.household_hardness import all_fail_share, main, parse_grid
+
+    assert parse_grid("5:0.3,8:1") == [(5, 0.3), (8, 1.0)]
+    with pytest.raises(ValueError, match=r"'8-1' is not RECEPTACLES:CLOSED_SHARE"):
+        parse_grid("5:0.3,8-1")
+    # by hand, G = 8: types of 12 tasks each at p = 0.5 and p = 0: (12 * 0.5^8 + 12 * 1) / 24
+    assert all_fail_share({"a": {"n": 12, "success_rate": 0.5}, "b": {"n": 12, "success_rate": 0.0}}) == \
+        pytest.approx((0.5 ** 8 + 1.0) / 2)
+    assert main(["--shared", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "no finished stage 1 there" in capsys.readouterr().err
+    (tmp_path / "base" / "stages").mkdir(parents=True)
+    (tmp_path / "base" / "stages" / "eval.json").write_text("{}")
+    (tmp_path / "base" / "sft" / "model").mkdir(parents=True)
+    assert main(["--shared", str(tmp_path), "--grid", "3:0.3", "--out", str(tmp_path / "o")]) == 2
+    assert "num_receptacles must be in [4, 15], got 3" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
