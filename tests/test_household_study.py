@@ -42,16 +42,14 @@ from seed_jax.experiments.household.report import (
     T975,
     change_table,
     ci95,
-    consistent_share,
     delta_table,
     edge_windows,
     fmt_pct,
-    group_share,
     mean_std,
     paired_differences,
     paired_table,
+    pooled_share,
     repeat_share,
-    skill_share,
     start_changes,
 )
 from seed_jax.pipeline.analyzers import AnalysisContext, get_analyzer
@@ -336,9 +334,9 @@ def test_consistency_by_update_hand_made():
     assert got == {0: {"consistent": 2, "steps": 4}, 1: {"consistent": 7, "steps": 8}}
     per_seed = [{"consistency": {str(u): v for u, v in got.items()}},
                 {"consistency": {"1": {"consistent": 0, "steps": 2}}}]
-    assert consistent_share(per_seed, 0, 1) == pytest.approx(2 / 4)
-    assert consistent_share(per_seed, 1, 2) == pytest.approx(7 / 10)
-    assert consistent_share(per_seed, 5, 9) is None
+    assert pooled_share(per_seed, 'consistency', 'consistent', 0, 1) == pytest.approx(2 / 4)
+    assert pooled_share(per_seed, 'consistency', 'consistent', 1, 2) == pytest.approx(7 / 10)
+    assert pooled_share(per_seed, 'consistency', 'consistent', 5, 9) is None
 
 
 def test_delta_audit_hand_made():
@@ -571,8 +569,10 @@ def test_skill_accuracy_by_update_hand_made(tmp_path):
     got = skill_accuracy_by_update(tmp_path, {"hand-pick": PICK_TASK})
     assert got == {1: {"skills": 3, "parsed": 2, "names_place": 1}, 2: {"skills": 1, "parsed": 1, "names_place": 0}}
     per_seed = [{"skill_accuracy": {str(u): v for u, v in got.items()}}]
-    assert skill_share(per_seed, "names_place", 1, 3) == 1 / 4 and skill_share(per_seed, "parsed", 2, 3) == 1.0
+    assert pooled_share(per_seed, 'skill_accuracy', "names_place", 1, 3) == 1 / 4 and pooled_share(per_seed, 'skill_accuracy', "parsed", 2, 3) == 1.0
     assert skill_accuracy_by_update(tmp_path / "none", {}) == {}
+    with pytest.raises(KeyError, match="not 'won'"):
+        pooled_share(per_seed, "skill_accuracy", "won", 1, 3)
 
 
 def test_delta_table_and_group_shares_hand_made():
@@ -592,8 +592,8 @@ def test_delta_table_and_group_shares_hand_made():
                     "0.30 | -0.30 | 0.00 | 0.00 |"]
     ds = list(res["arms"]["oracle"].values())
     assert edge_windows(ds, "groups", 1) == ((1, 2), (3, 4))
-    assert group_share(ds, "all_fail", 1, 2) == 1.0 and group_share(ds, "all_fail", 3, 4) == 1 / 8
-    assert group_share(ds, "all_win", 1, 4) == 1 / 16 and group_share(ds, "all_fail", 7, 9) is None
+    assert pooled_share(ds, 'groups', "all_fail", 1, 2) == 1.0 and pooled_share(ds, 'groups', "all_fail", 3, 4) == 1 / 8
+    assert pooled_share(ds, 'groups', "all_win", 1, 4) == 1 / 16 and pooled_share(ds, 'groups', "all_fail", 7, 9) is None
 
 
 def test_link_shared(tmp_path):

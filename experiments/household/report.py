@@ -191,15 +191,27 @@ def pooled_audit(res: dict, arm: str, window: str) -> dict:
     return out
 
 
-def consistent_share(per_seed: Sequence[dict], lo: int, hi: int) -> float | None:
-    """Pooled share of expert-consistent rollout actions over updates [lo, hi) of all seeds."""
-    c = n = 0
+# per-update counts of a seed's results: field -> (numerator keys, denominator key)
+POOLED = {"consistency": (("consistent",), "steps"),  # `audit.consistency_by_update`
+          "groups": (("all_fail", "all_win"), "groups"),  # `audit.group_outcomes`
+          "skill_accuracy": (("names_place", "parsed"), "skills")}  # `audit.skill_accuracy_by_update`
+
+
+def pooled_share(per_seed: Sequence[dict], field: str, key: str, lo: int, hi: int) -> float | None:
+    """sum k / sum n over updates [lo, hi) of all seeds, with k = ``d[field][u][key]`` and n the
+    field's denominator (`POOLED`): e.g. the share of expert-consistent rollout actions
+    (``consistency``, ``consistent``), of all-fail GRPO groups (``groups``, ``all_fail``), of RL
+    skills naming the object's place (``skill_accuracy``, ``names_place``); None without any."""
+    keys, total = POOLED[field]
+    if key not in keys:
+        raise KeyError(f"{field} counts {keys}, not {key!r}")
+    k = n = 0
     for d in per_seed:
-        for u, v in (d.get("consistency") or {}).items():
+        for u, v in (d.get(field) or {}).items():
             if lo <= int(u) < hi:
-                c += v["consistent"]
-                n += v["steps"]
-    return c / n if n else None
+                k += v[key]
+                n += v[total]
+    return k / n if n else None
 
 
 def edge_windows(per_seed: Sequence[dict], field: str, width: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -210,28 +222,24 @@ def edge_windows(per_seed: Sequence[dict], field: str, width: int) -> tuple[tupl
     return (first[0], first[-1] + 1), (last[0], last[-1] + 1)
 
 
-def skill_share(per_seed: Sequence[dict], key: str, lo: int, hi: int) -> float | None:
-    """Pooled share of the RL skills with ``key`` ('parsed' | 'names_place') over updates
-    [lo, hi) of all seeds (`audit.skill_accuracy_by_update`)."""
-    k = n = 0
-    for d in per_seed:
-        for u, v in (d.get("skill_accuracy") or {}).items():
-            if lo <= int(u) < hi:
-                k += v[key]
-                n += v["skills"]
-    return k / n if n else None
-
-
-def group_share(per_seed: Sequence[dict], key: str, lo: int, hi: int) -> float | None:
-    """Pooled share of GRPO groups with outcome ``key`` ('all_fail' | 'all_win') over updates
-    [lo, hi) of all seeds (`audit.group_outcomes`)."""
-    k = n = 0
-    for d in per_seed:
-        for u, v in (d.get("groups") or {}).items():
-            if lo <= int(u) < hi:
-                k += v[key]
-                n += v["groups"]
-    return k / n if n else None
+def window_table(res: dict, arms: Sequence[str], field: str, columns: Sequence[tuple[str, str]],
+                 head: Sequence[str]) -> list[str]:
+    """A table of `pooled_share` per arm that has ``field``: the arm, the field's denominator
+    summed over updates and seeds, then one cell per (key, window), window 'first' / 'last' =
+    the first / last third of the updates present (`edge_windows`), 'all' = every update;
+    ``head``: the lines above the rows, the column header last. [] when no arm has the field."""
+    rows = []
+    for arm in arms:
+        ds = [d for d in res["arms"].get(arm, {}).values() if d.get(field)]
+        if not ds:
+            continue
+        total = POOLED[field][1]
+        n = sum(v[total] for d in ds for v in d[field].values())
+        first, last = edge_windows(ds, field, max(1, res["num_updates"] // 3))
+        span = {"first": first, "last": last, "all": (first[0], last[1])}
+        cells = [pooled_share(ds, field, key, *span[window]) for key, window in columns]
+        rows.append(f"| {arm_label(arm)} | {n} | " + " | ".join(map(_f, cells)) + " |")
+    return ["", *head, "|" + "---|" * (len(columns) + 2), *rows] if rows else []
 
 
 def delta_table(res: dict, arms: Sequence[str]) -> list[str]:
@@ -412,35 +420,18 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
                              f"{_f(c['gate_gt_half'])} | {i['rows']} | {_f(i['gate_mean'])} | "
                              f"{_f(i['gate_gt_half'])} |")
     lines += delta_table(res, arms)
-    grouped = [a for a in arms if any(d.get("groups") for d in res["arms"].get(a, {}).values())]
-    if grouped:
-        third = max(1, U // 3)
-        lines += ["", "## GRPO signal: groups whose rollouts all fail (or all win) have zero advantage", "",
-                  "A group = the rollouts of one task in one update; shares pooled over seeds.", "",
-                  "| arm | groups | all-fail, first third | last third | all updates | all-win, all updates |",
-                  "|---|---|---|---|---|---|"]
-        for arm in grouped:
-            ds = list(res["arms"][arm].values())
-            n = sum(v["groups"] for d in ds for v in (d.get("groups") or {}).values())
-            (f_lo, f_hi), (l_lo, l_hi) = edge_windows(ds, "groups", third)
-            lines.append(f"| {arm_label(arm)} | {n} | {_f(group_share(ds, 'all_fail', f_lo, f_hi))} | "
-                         f"{_f(group_share(ds, 'all_fail', l_lo, l_hi))} | "
-                         f"{_f(group_share(ds, 'all_fail', f_lo, l_hi))} | {_f(group_share(ds, 'all_win', f_lo, l_hi))} |")
-    skilled = [a for a in arms if any(d.get("skill_accuracy") for d in res["arms"].get(a, {}).values())]
-    if skilled:
-        third = max(1, U // 3)
-        lines += ["", "## Analyzer accuracy: do the RL skills name where the task object was?", "",
-                  "Share of the skills the teacher read (one per trajectory) that parse and name the task object's "
-                  "start place (an expert skill does); pooled over seeds.", "",
-                  "| arm | skills | names the place, first third | last third | all updates | parsed, all updates |",
-                  "|---|---|---|---|---|---|"]
-        for arm in skilled:
-            ds = list(res["arms"][arm].values())
-            n = sum(v["skills"] for d in ds for v in (d.get("skill_accuracy") or {}).values())
-            (f_lo, f_hi), (l_lo, l_hi) = edge_windows(ds, "skill_accuracy", third)
-            lines.append(f"| {arm_label(arm)} | {n} | {_f(skill_share(ds, 'names_place', f_lo, f_hi))} | "
-                         f"{_f(skill_share(ds, 'names_place', l_lo, l_hi))} | "
-                         f"{_f(skill_share(ds, 'names_place', f_lo, l_hi))} | {_f(skill_share(ds, 'parsed', f_lo, l_hi))} |")
+    lines += window_table(res, arms, "groups", [("all_fail", "first"), ("all_fail", "last"), ("all_fail", "all"),
+                                                 ("all_win", "all")],
+                          ["## GRPO signal: groups whose rollouts all fail (or all win) have zero advantage", "",
+                           "A group = the rollouts of one task in one update; shares pooled over seeds.", "",
+                           "| arm | groups | all-fail, first third | last third | all updates | all-win, all updates |"])
+    lines += window_table(res, arms, "skill_accuracy", [("names_place", "first"), ("names_place", "last"),
+                                                        ("names_place", "all"), ("parsed", "all")],
+                          ["## Analyzer accuracy: do the RL skills name where the task object was?", "",
+                           "Share of the skills the teacher read (one per trajectory) that parse and name the task "
+                           "object's start place (an expert skill does); pooled over seeds.", "",
+                           "| arm | skills | names the place, first third | last third | all updates | "
+                           "parsed, all updates |"])
     if res.get("probe"):
         lines += ["", "## Teacher probe: does the hint H(h, s) favour the expert's action?", "",
                   "Fresh noisy demonstrations (30 % detours; the demonstrator searches for the object when "
@@ -478,8 +469,9 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
 
         first, last = edge_windows(ds, "consistency", max(1, U // 3))
         lines.append(f"| {arm_label(arm)} | {_f(avg('train_success', slice(0, 3)))} | "
-                     f"{_f(avg('train_success', slice(-3, None)))} | {_f(consistent_share(ds, *first))} | "
-                     f"{_f(consistent_share(ds, *last))} | {_f(avg('parse_rate'))} | "
+                     f"{_f(avg('train_success', slice(-3, None)))} | "
+                     f"{_f(pooled_share(ds, 'consistency', 'consistent', *first))} | "
+                     f"{_f(pooled_share(ds, 'consistency', 'consistent', *last))} | {_f(avg('parse_rate'))} | "
                      f"{_f(avg('opd_active_share'))} | {_f(avg('teacher_gap'))} |")
     s1 = res.get("stage1_annotate") or {}
     s0 = res.get("stage0_summary") or {}
@@ -523,7 +515,8 @@ def plot_curves(res: dict, arms: Sequence[str], path: Path) -> Path:
         ax.fill_between(x, mu - sd, mu + sd, color=color, alpha=0.15)
         ups = sorted({int(u) for d in ds for u in (d.get("consistency") or {})})
         if ups:
-            ax3.plot(np.array(ups) + 1, [consistent_share(ds, u, u + 1) for u in ups], color=color,
+            ax3.plot(np.array(ups) + 1, [pooled_share(ds, "consistency", "consistent", u, u + 1) for u in ups],
+                     color=color,
                      label=arm_label(arm))
         for j, (split, style) in enumerate(zip(res["splits"], ("-o", "--s"))):
             xs, ys, hs = [0.0], [0.0], [0.0]
@@ -611,7 +604,7 @@ def plot_audit(res: dict, arms: Sequence[str], path: Path) -> Path | None:
     for arm in grouped:
         ds = list(res["arms"][arm].values())
         ups = sorted({int(u) for d in ds for u in (d.get("groups") or {})})
-        ax2.plot(ups, [group_share(ds, "all_fail", u, u + 1) for u in ups], color=arm_color(arms, arm),
+        ax2.plot(ups, [pooled_share(ds, "groups", "all_fail", u, u + 1) for u in ups], color=arm_color(arms, arm),
                  label=arm_label(arm))
     ax2.set_xlabel("RL update")
     ax2.set_ylabel("share of groups whose rollouts all fail")
