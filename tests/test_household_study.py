@@ -564,7 +564,8 @@ def test_skill_accuracy_by_update_hand_made(tmp_path):
             {"update": 1, "task_id": "hand-pick", "parse_ok": True, "skill": "Look on the sinkbasin 1."},
             {"update": 1, "task_id": "hand-pick", "parse_ok": False, "skill": "fridge 1"},  # unparsed: not counted
             {"update": 2, "task_id": "hand-pick", "parse_ok": True, "skill": "Check fridge 12 first."},
-            {"update": 2, "task_id": "unknown", "parse_ok": True, "skill": "fridge 1"}]
+            {"update": 2, "task_id": "unknown", "parse_ok": True, "skill": "fridge 1"},
+            {"update": 2, "task_id": "hand-pick", "parse_ok": False, "skill": "", "summary": ""}]  # GRPO's row
     (tmp_path / "skills.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     got = skill_accuracy_by_update(tmp_path, {"hand-pick": PICK_TASK})
     assert got == {1: {"skills": 3, "parsed": 2, "names_place": 1}, 2: {"skills": 1, "parsed": 1, "names_place": 0}}
@@ -757,11 +758,13 @@ def test_ci_study_end_to_end(tmp_path):
     assert len((tmp_path / "arms" / "seed" / "seed0" / "rl" / "step_actions.jsonl").read_text().splitlines()) == n
     assert set(res["arms"]) == set(c.study.methods) and "oracle" in res["arms"] and "| SEED-oracle" in md
     # the Delta audit and the GRPO groups: every gate row carries its Delta, every update has one
-    # group per task; GRPO has no gates, the SEED arms have them
-    for arm in ("seed", "oracle"):
-        gate_rows = [json.loads(x) for x in (tmp_path / "arms" / arm / "seed0" / "step_gates.jsonl").read_text().splitlines()]
-        assert gate_rows and all(math.isfinite(r["delta_mean"]) for r in gate_rows)
-        assert res["arms"][arm]["0"]["audit"]["delta"]["steps"] == res["arms"][arm]["0"]["audit"]["joined_rows"] > 0
+    # group per task; GRPO has no gates, the oracle (whose every trajectory has a skill) has them
+    # (the toy SEED arm's own skills rarely parse, so it may have none)
+    gates = (tmp_path / "arms" / "oracle" / "seed0" / "step_gates.jsonl").read_text().splitlines()
+    gate_rows = [json.loads(x) for x in gates]
+    assert gate_rows and all(math.isfinite(r["delta_mean"]) for r in gate_rows)
+    audit = res["arms"]["oracle"]["0"]["audit"]
+    assert audit["delta"]["steps"] == audit["joined_rows"] == len(gate_rows)
     assert res["arms"]["sft_grpo"]["0"]["audit"] is None
     for arm in c.study.methods:
         groups = res["arms"][arm]["0"]["groups"]

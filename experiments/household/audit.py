@@ -76,7 +76,8 @@ def names_start_place(skill: str | None, task: dict) -> bool:
 
 def skill_accuracy_by_update(workdir: str | Path, tasks_by_id: Mapping[str, dict]) -> dict[int, dict]:
     """update -> {'skills', 'parsed', 'names_place'} over the RL stage's skills
-    (``skills.jsonl``: one row per trajectory analysed, ``{update, task_id, parse_ok, skill}``):
+    (``skills.jsonl``: one row per trajectory, ``{update, task_id, parse_ok, skill, summary}``;
+    rows without a skill or summary, as GRPO logs them, are no analysis and left out):
     how many were written, parsed, and name the task object's start place
     (`names_start_place`): the analyzer-accuracy measure (an expert skill names it)."""
     path = Path(workdir) / SKILLS_FILE
@@ -85,8 +86,8 @@ def skill_accuracy_by_update(workdir: str | Path, tasks_by_id: Mapping[str, dict
         return out
     for r in read_jsonl(path):
         task = tasks_by_id.get(r.get("task_id"))
-        if task is None:
-            continue
+        if task is None or not (r.get("skill") or r.get("summary")):
+            continue  # no analysis written (an arm without skills logs empty rows)
         acc = out.setdefault(int(r["update"]), {"skills": 0, "parsed": 0, "names_place": 0})
         acc["skills"] += 1
         acc["parsed"] += bool(r.get("parse_ok"))
