@@ -49,12 +49,12 @@ import numpy as np
 
 from seed_jax.envs.household import replay
 from seed_jax.jsonl import read_jsonl
+from seed_jax.metrics import SKILLS_FILE
 
 GATE_FILE = "step_gates.jsonl"
 STEP_ACTIONS_FILE = "rl/step_actions.jsonl"
 
 
-SKILLS_FILE = "skills.jsonl"
 GATE_BINS = 20  # histogram bins of the step gate over [0, 1]
 
 
