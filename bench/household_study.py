@@ -1,6 +1,6 @@
 """The household evidence study in one command.
 
-    python bench/household_study.py [--preset study|ci|tiny|gpu] [--out DIR] [--arms a,b] [--seeds 0,1,2]
+    python bench/household_study.py [--preset study|ci|tiny|gpu|hard] [--out DIR] [--arms a,b|none] [--seeds 0,1,2]
                                     [--set key=value ...] [--shared STUDY_DIR] [--archive DIR] [--check]
 
 Stage 0 (BC policy) and stage 1 (scripted annotation + analyzer SFT) run once; then every arm
@@ -58,7 +58,7 @@ def check(args) -> int:
     from seed_jax.pipeline.validate import ConfigValueError
 
     config = _config(args)
-    arms = args.arms.split(",") if args.arms else arms_of(config)
+    arms = ([] if args.arms == "none" else args.arms.split(",")) if args.arms else arms_of(config)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(config.study.seeds)
     for arm in arms:
         try:
@@ -80,7 +80,8 @@ def main(argv=None) -> int:
 
     ap.add_argument("--preset", default="study", choices=PRESETS)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--arms", default=None, help="comma-separated arms (default: config.study.methods + sweep)")
+    ap.add_argument("--arms", default=None, help="comma-separated arms (default: config.study.methods + sweep); "
+                                                 "'none': stage 0, stage 1 and the start evaluations only")
     ap.add_argument("--seeds", default=None, help="comma-separated seeds (default: config.study.seeds)")
     ap.add_argument("--set", action="append", default=[], help="config override, e.g. rl.num_updates=10")
     ap.add_argument("--shared", default=None,
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
 
     config = _config(args)
     out = Path(args.out or f"runs/household-{args.preset}")
-    arms = args.arms.split(",") if args.arms else None
+    arms = ([] if args.arms == "none" else args.arms.split(",")) if args.arms else None
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     t0 = time.time()
     res = run_study(config, out, arms, seeds, shared=args.shared, archive=args.archive)

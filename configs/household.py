@@ -98,7 +98,9 @@ _HARD = {
 def _stage0() -> ml_collections.ConfigDict:
     """Stage 0 (`experiments.household.bc.BCConfig`, whose docstring says what each key does)."""
     return ml_collections.ConfigDict(dict(
-        init="scratch",  # or 'embedded' / a model path: start from a pretrained instruct model (gpu preset)
+        # or 'embedded' / a model path: start from a pretrained instruct model (gpu preset); a stage-0
+        # policy directory with steps=0 continues that policy's multi-task (acting + analyzer) phase
+        init="scratch",
         hidden=128, layers=2, heads=4, kv_heads=2,
         num_tasks=400, task_seed=1000, episodes_per_task=1,
         noise=0.1, invalid=0.02, nothing=0.03, skill_share=0.3, include_plan=False, restate_task=True,
@@ -110,6 +112,7 @@ def _stage0() -> ml_collections.ConfigDict:
         # draw: an accurate skill lifted the expert's response by 1.10 nats on one machine, 0.42 on another)
         copy_steps=300, lm_weight=0.25, steps=2400, batch_size=16, lr=2e-3, warmup_steps=20,
         analyzer_steps=300, analyzer_batch=8, analyzer_noises=(0.1, 0.3, 0.5), analyzer_lr=5e-4,
+        analyzer_episodes=1,  # analyzer demonstrations per task (round five's analyzer raise: more)
         eval_tasks=32, seed=0))
 
 

@@ -576,6 +576,49 @@ def test_skill_accuracy_by_update_hand_made(tmp_path):
         pooled_share(per_seed, "skill_accuracy", "won", 1, 3)
 
 
+def test_analyzer_accuracy_hand_made(tmp_path):
+    """Five stage-1 episodes of the hand-made pick task (apple starts in fridge 1): a won one whose
+    skill names fridge 1, a won one whose skill names the sinkbasin, a lost one whose skill names
+    fridge 1, a lost one whose analysis did not parse (no record), and an env error (left out);
+    a won one of the same task with the apple on the sinkbasin whose skill names the fridge; plus
+    one of an unknown task (left out). By hand: all 5 episodes, 4 parsed, 2 accurate; won 3 -> 3
+    parsed, 1 accurate; lost 2 -> 1 parsed, 1 accurate; the constant guess 'fridge 1' (4 of the 5
+    episodes start there) is right 4 times."""
+    from seed_jax.experiments.household.audit import analyzer_accuracy
+    from seed_jax.rollout.trajectory import StepSample, Trajectory, write_trajectories
+    from seed_jax.skills import canonical_answer, write_skill_records
+
+    step = StepSample(prompt_ids=[], response_ids=[], response_logprobs=[], response_text="", prompt_text="",
+                      raw_observation="", reward=0.0, valid=True, action="look")
+
+    sink = {**PICK_TASK, "task_id": "hand-sink", "objects": {"apple 1": "sinkbasin 1", "mug 1": "fridge 1"}}
+
+    def traj(tid, won, task="hand-pick", error=False):
+        return Trajectory(task_id=task, group_id=0, traj_id=tid, task_description="", steps=[step],
+                          episode_reward=10.0 * won, won=won, env_error=error)
+
+    def rec(tid, skill):
+        return SkillRecord(prompt="x", answer=canonical_answer("s", skill), traj_id=tid, outcome="", task_id="hand-pick")
+
+    (tmp_path / "stage1").mkdir()
+    write_trajectories(tmp_path / "stage1" / "trajectories.jsonl",
+                       [traj("a", True), traj("b", True), traj("c", False), traj("d", False),
+                        traj("e", False, error=True), traj("f", True, task="unknown"), traj("g", True, task="hand-sink")])
+    write_skill_records(tmp_path / "stage1" / "sft.jsonl",
+                        [rec("a", "find the apple (here it was inside the fridge 1), take it"),
+                         rec("b", "find the apple (here it was on the sinkbasin 1), take it"),
+                         rec("e", "the apple was in the fridge 1 all along"),
+                         rec("f", "the apple was in the fridge 1 all along"),
+                         rec("g", "find the apple (here it was inside the fridge 1), take it")])
+    write_skill_records(tmp_path / "stage1" / "sft_heldout.jsonl",
+                        [rec("c", "avoid this: the apple was in the closed fridge 1 all along")])
+    got = analyzer_accuracy(tmp_path, {"hand-pick": PICK_TASK, "hand-sink": sink})
+    assert got == {"all": {"trajectories": 5, "parsed": 4, "names_place": 2},
+                   "won": {"trajectories": 3, "parsed": 3, "names_place": 1},
+                   "lost": {"trajectories": 2, "parsed": 1, "names_place": 1},
+                   "constant_guess": {"place": "fridge 1", "names_place": 4}}
+
+
 def test_delta_table_and_group_shares_hand_made():
     def seed(r_e, r_o, groups):
         delta = {"steps": 10, "r_expert": r_e, "r_outcome": r_o, "delta_consistent": r_e, "delta_inconsistent": -r_e,
@@ -725,6 +768,29 @@ def test_stage0_starts_from_a_pretrained_model(tmp_path, smol_tokenizer):
     assert (tmp_path / "policy" / "tokenizer.json").exists()
 
 
+@pytest.mark.integration
+def test_stage0_continues_a_stage0_policy(tmp_path):
+    """``stage0.init`` = a finished stage-0 policy with ``steps = 0``: no warm-up, no BC; with no
+    multi-task steps the saved policy is the source's weights bit for bit (it was loaded, nothing
+    else ran); with two, they move, over ``analyzer_episodes`` analyzer demonstrations per task."""
+    from safetensors.numpy import load_file
+
+    c = _household_config("tiny")
+    run_stage0(c, tmp_path / "src")
+    src = load_file(tmp_path / "src" / "model.safetensors")
+    outs = {}
+    for k, (steps, episodes) in enumerate([(0, 1), (2, 3)]):
+        cc = _household_config("tiny")
+        cc.stage0.update(init=str(tmp_path / "src"), steps=0, analyzer_steps=steps, analyzer_episodes=episodes)
+        s = run_stage0(cc, tmp_path / f"cont{k}")
+        assert s["copy_steps"] == 0 and s["train_steps"] == 0 and s["loss_first"] is None
+        assert s["analyzer_examples"] == episodes * c.stage0.num_tasks and s["multitask_steps"] == steps
+        outs[k] = load_file(tmp_path / f"cont{k}" / "model.safetensors")
+    assert outs[0].keys() == src.keys()
+    assert all(np.array_equal(outs[0][n], src[n]) for n in src)
+    assert any(not np.array_equal(outs[1][n], src[n]) for n in src)
+
+
 def _leaf(params, shape):
     """The one leaf of ``params`` with this shape (the embedding table)."""
     import jax
@@ -787,6 +853,19 @@ def test_ci_study_end_to_end(tmp_path):
                                steps=[SimpleNamespace(valid=v, action=a, response_text="")
                                       for a, v in zip(ep["actions"], ep["valid"])])
         assert e["parse_ok"] and e["skill"] == parse_skill(expert(traj)).skill, e["traj_id"]
+    # the analyzer bench: the stage-1 checkpoint plays 2 tasks twice and analyses its own episodes
+    from bench.household_analyzer import main as analyzer_main
+
+    assert analyzer_main(["--shared", str(tmp_path), "--preset", "ci", "--tasks", "2", "--group", "2",
+                          "--out", str(tmp_path / "analyzer")]) == 0
+    (row,) = json.loads((tmp_path / "analyzer" / "analyzer.json").read_text())["rows"]
+    (wd,) = [d for d in (tmp_path / "analyzer").iterdir() if d.is_dir()]
+    ran = json.loads((wd / "config.json").read_text())
+    assert ran["model"]["path"] == str(tmp_path / "base" / "sft" / "model") and ran["stage1"]["analyzer"] == "self"
+    a = row["accuracy"]
+    assert a["all"]["trajectories"] == 4 and a["won"]["trajectories"] + a["lost"]["trajectories"] == 4
+    assert 0 <= a["all"]["names_place"] <= a["all"]["parsed"] <= 4
+    assert analyzer_main(["--shared", str(tmp_path / "nothing")]) == 2
     probe = json.loads((tmp_path / "probe.json").read_text())
     assert set(probe) == {"stage-1 checkpoint", "sft_grpo", "seed"}
     assert probe["seed"]["demos"] == c.study.probe_tasks and "Teacher probe" in md

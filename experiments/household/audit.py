@@ -50,6 +50,8 @@ import numpy as np
 from seed_jax.envs.household import replay
 from seed_jax.jsonl import read_jsonl
 from seed_jax.metrics import SKILLS_FILE
+from seed_jax.rollout.trajectory import iter_trajectories
+from seed_jax.skills import parse_skill, read_skill_records
 
 GATE_FILE = "step_gates.jsonl"
 STEP_ACTIONS_FILE = "rl/step_actions.jsonl"
@@ -93,6 +95,42 @@ def skill_accuracy_by_update(workdir: str | Path, tasks_by_id: Mapping[str, dict
         acc["parsed"] += bool(r.get("parse_ok"))
         acc["names_place"] += bool(r.get("parse_ok")) and names_start_place(r.get("skill"), task)
     return dict(sorted(out.items()))
+
+
+def analyzer_accuracy(run_dir: str | Path, tasks_by_id: Mapping[str, dict]) -> dict:
+    """The analyzer accuracy of a checkpoint, from a stage-1 run whose analyzer was the checkpoint
+    itself (``stage1.analyzer = self``; `bench/household_analyzer.py`): over the collected
+    trajectories (``stage1/trajectories.jsonl``, env errors left out) and the skill records
+    written for them (``stage1/sft.jsonl`` and ``sft_heldout.jsonl``; a trajectory whose skill
+    did not parse has none), ``{'all' | 'won' | 'lost': {'trajectories', 'parsed',
+    'names_place'}}``: how many trajectories, how many got a parsed skill, and how many a skill
+    that names the task object's start place (`names_start_place`); and the reference a
+    skill must beat, ``'constant_guess': {'place', 'names_place'}``: the start place most of
+    these episodes share, and in how many it is right (a skill that names it every time is that
+    accurate without reading the episode). Trajectories of tasks missing from ``tasks_by_id``
+    are left out."""
+    run_dir = Path(run_dir)
+    skills: dict[str, str] = {}
+    for name in ("sft.jsonl", "sft_heldout.jsonl"):
+        path = run_dir / "stage1" / name
+        if path.exists():
+            skills.update({r.traj_id: parse_skill(r.answer).skill for r in read_skill_records(path)})
+    out: dict = {k: {"trajectories": 0, "parsed": 0, "names_place": 0} for k in ("all", "won", "lost")}
+    places: dict[str, int] = {}
+    for t in iter_trajectories(run_dir / "stage1" / "trajectories.jsonl"):
+        task = tasks_by_id.get(t.task_id)
+        if t.env_error or not t.steps or task is None:
+            continue
+        place = task["objects"][task["target_object"]]
+        places[place] = places.get(place, 0) + 1
+        skill = skills.get(t.traj_id)
+        for key in ("all", "won" if t.won else "lost"):
+            out[key]["trajectories"] += 1
+            out[key]["parsed"] += skill is not None
+            out[key]["names_place"] += skill is not None and names_start_place(skill, task)
+    top = max(sorted(places), key=places.get) if places else None
+    out["constant_guess"] = {"place": top, "names_place": places.get(top, 0)}
+    return out
 
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:

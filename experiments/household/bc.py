@@ -46,7 +46,12 @@ Training (all with `seed_jax.train.sft.make_sft_step`, AdamW):
    ``lm_weight`` (a language-modelling term on the environment's text, `bc_batches`). The
    result is saved to ``<out>_bc/`` (``phase_b.json``); a re-run resumes after it.
 3. *acting + analyzer* (``analyzer_steps``, `train_multitask`): acting batches and analyzer
-   batches (answer-only loss) alternate, at ``analyzer_lr``.
+   batches (answer-only loss) alternate, at ``analyzer_lr``, over ``analyzer_episodes``
+   analyzer demonstrations per task.
+
+``init`` = a finished stage-0 policy directory with ``steps = 0`` *continues* that policy:
+phases 1 and 2 are skipped (a loaded model copies already) and phase 3 runs from its weights,
+so more analyzer training is a few minutes instead of a new stage 0 (round five, docs/EVIDENCE.md).
 
 The thinking text starts with the task sentence (``restate_task``, `experiments.household.demos`), so
 the long-range copy is one contiguous span and later mentions are short-range copies.
@@ -128,6 +133,7 @@ class BCConfig:
     analyzer_steps: int  # multi-task phase: acting and analyzer batches alternate
     analyzer_batch: int  # analyzer rows per multi-task analyzer step
     analyzer_noises: tuple  # detour shares of the analyzer demos (successes and failures)
+    analyzer_episodes: int  # analyzer demos per demonstration task
     analyzer_lr: float  # constant learning rate of the multi-task phase
     eval_tasks: int  # seen tasks of the stage-0 evaluation
     seed: int  # initialisation, demonstration noise, hint choice and batch order
@@ -314,8 +320,10 @@ def train_copy(params, model_cfg, bc: BCConfig, mesh, progress=None):
 def train_bc(params, model_cfg, encoded, bc: BCConfig, mesh, pad_id: int, progress=None):
     """``bc.steps`` behaviour-cloning steps with the project's SFT step (cosine schedule to 10 %
     of ``bc.lr``; epochs reshuffled and cycled as needed); returns (params, per-step losses)."""
-    batches = cycled_batches(encoded, bc.batch_size, pad_id, bc.lm_weight, f"bc:{bc.seed}", "stage0.batch_size")
     total = bc.steps
+    if total <= 0:  # a stage-0 policy continued (init = its directory): the multi-task phase only
+        return params, []
+    batches = cycled_batches(encoded, bc.batch_size, pad_id, bc.lm_weight, f"bc:{bc.seed}", "stage0.batch_size")
     state, step = sft_trainer(params, model_cfg, mesh, bc.seed, lr=bc.lr, schedule="cosine",
                               warmup_steps=min(bc.warmup_steps, total - 1), total_steps=total, min_lr_ratio=0.1,
                               micro_batch_size=bc.batch_size)
@@ -329,12 +337,14 @@ def train_bc(params, model_cfg, encoded, bc: BCConfig, mesh, pad_id: int, progre
 
 
 def analyzer_demos(tasks: Sequence[dict], bc: BCConfig, max_steps: int, history_window: int) -> list[Demo]:
-    """Demonstrations for the analyzer examples: task i uses detour share
-    ``analyzer_noises[i % len]`` (so both successes and failures occur)."""
+    """Demonstrations for the analyzer examples, ``analyzer_episodes`` per task: the k-th
+    demonstration overall uses detour share ``analyzer_noises[k % len]`` (so both successes and
+    failures occur)."""
     rng = random.Random(f"analyzer-demos:{bc.seed}")
-    return [noisy_episode(t, rng, bc.analyzer_noises[i % len(bc.analyzer_noises)], bc.invalid, max_steps,
+    jobs = [t for t in tasks for _ in range(bc.analyzer_episodes)]
+    return [noisy_episode(t, rng, bc.analyzer_noises[k % len(bc.analyzer_noises)], bc.invalid, max_steps,
                           history_window, bc.restate_task, bc.nothing, bc.search)
-            for i, t in enumerate(tasks)]
+            for k, t in enumerate(jobs)]
 
 
 def analyzer_examples(demos: Sequence[Demo], max_chars: int, success_threshold: float = 10.0,
@@ -435,7 +445,8 @@ def run_stage0(config, out_dir: str | Path, mesh=None, force: bool = False) -> d
         bar.close()
         done_b = {"copy_steps": len(copy_losses),
                   "copy_loss_last": float(np.mean(copy_losses[-10:])) if copy_losses else None,
-                  "train_steps": len(losses), "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:])),
+                  "train_steps": len(losses), "loss_first": losses[0] if losses else None,
+                  "loss_last": float(np.mean(losses[-10:])) if losses else None,
                   "train_s": round(time.time() - t_train, 1)}
         save_policy(Policy.of(Model(cfg, params, "stage0-bc"), tok), phase_b)
         info_b.write_text(json.dumps(done_b, indent=1))

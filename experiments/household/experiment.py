@@ -159,7 +159,7 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
     out.mkdir(parents=True, exist_ok=True)
     if shared is not None:
         link_shared(shared, out)
-    arms = arms or arms_of(config)
+    arms = arms_of(config) if arms is None else arms
     seeds = list(seeds if seeds is not None else config.study.seeds)
     if archive is not None:
         restored = study_archive.unpack(archive, out)
