@@ -39,12 +39,14 @@ def fmt_share(part: int, whole: int) -> str:
 
 
 def main(argv=None) -> int:
+    from seed_jax.configs.household import PRESETS
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shared", required=True, help="comma-separated study directories with a finished stage 1")
     ap.add_argument("--out", default="runs/household-analyzer")
     ap.add_argument("--tasks", type=int, default=32, help="training tasks (the same for every checkpoint)")
     ap.add_argument("--group", type=int, default=4, help="episodes per task")
-    ap.add_argument("--preset", default="study", help="the household preset the studies were run with")
+    ap.add_argument("--preset", default="study", choices=PRESETS, help="the household preset the studies were run with")
     ap.add_argument("--set", action="append", default=[], help="config override, e.g. env.num_receptacles=8")
     args = ap.parse_args(argv)
     studies = [Path(s).absolute() for s in args.shared.split(",") if s]
@@ -57,19 +59,15 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
 
-    from seed_jax.configs.household import PRESETS, get_config
+    from seed_jax.configs.household import get_config
     from seed_jax.experiments.household.audit import analyzer_accuracy
     from seed_jax.launch import run_pipeline
     from seed_jax.pipeline.environments import make_benchmark
     from seed_jax.pipeline.validate import ConfigValueError, validate
 
-    if args.preset not in PRESETS:
-        print(f"error: --preset {args.preset!r}: one of {' | '.join(PRESETS)}", file=sys.stderr)
-        return 2
     base = get_config(args.preset)
     for a in args.set:
         _set(base, a)
-    base = copy.deepcopy(base)
     base.unlock()
     base.method, base.seed = "seed", 0
     base.stage1.update(analyzer="self", num_tasks=args.tasks, group_size=args.group,

@@ -42,6 +42,11 @@ def _set(config, assignment: str) -> None:
     node[last] = value
 
 
+def _arms(text: str | None) -> list[str] | None:
+    """--arms: None (the preset's arms), [] for 'none', else the comma-separated names."""
+    return None if not text else [] if text == "none" else text.split(",")
+
+
 def _config(args):
     from seed_jax.configs.household import get_config
 
@@ -58,7 +63,8 @@ def check(args) -> int:
     from seed_jax.pipeline.validate import ConfigValueError
 
     config = _config(args)
-    arms = ([] if args.arms == "none" else args.arms.split(",")) if args.arms else arms_of(config)
+    arms = _arms(args.arms)
+    arms = arms_of(config) if arms is None else arms
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(config.study.seeds)
     for arm in arms:
         try:
@@ -112,7 +118,7 @@ def main(argv=None) -> int:
 
     config = _config(args)
     out = Path(args.out or f"runs/household-{args.preset}")
-    arms = ([] if args.arms == "none" else args.arms.split(",")) if args.arms else None
+    arms = _arms(args.arms)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     t0 = time.time()
     res = run_study(config, out, arms, seeds, shared=args.shared, archive=args.archive)
