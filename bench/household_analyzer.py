@@ -12,9 +12,11 @@ tasks and seeds for every checkpoint. A skill is *accurate* when it names the re
 the task object started (`experiments.household.audit.names_start_place`), as every expert
 analysis does; the expert analysis is the reference (1.00 by construction, checked in the ci
 study test). Prints, per checkpoint, success and the shares of episodes whose skill parsed and is
-accurate (all, won, lost episodes), beside the accuracy of a constant guess (naming, every time,
-the start place most of these episodes share: what a skill that does not read its episode
-scores), and writes ``analyzer.json`` to ``--out``. A checkpoint's
+accurate (all, won, lost episodes), the share of episodes that showed the start place
+(`envs.household.start_place_seen`: only about those can a skill copy it) and the accuracy on
+them (reading accuracy), beside the accuracy of a constant guess (naming, every time, the start
+place most of these episodes share: what a skill that does not read its episode scores), and
+writes ``analyzer.json`` to ``--out``. A checkpoint's
 run directory in ``--out`` that has finished is read again, not rerun (a new ``--out`` for other
 ``--set`` values).
 
@@ -86,8 +88,9 @@ def main(argv=None) -> int:
     rows = []
     print(f"{args.tasks} training tasks x {args.group} episodes at T={base.rollout.temperature:g}; "
           "accurate = the skill names the object's start place (expert analysis: 1.000)")
-    print("| checkpoint | success | parsed | accurate | accurate (won) | accurate (lost) | constant guess | wall s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| checkpoint | success | parsed | accurate | accurate (won) | accurate (lost) | episode showed the place "
+          "| accurate when shown | constant guess | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for i, study in enumerate(studies):
         cfg = copy.deepcopy(base)
         cfg.model.path = str(study / "base" / "sft" / "model")
@@ -99,10 +102,11 @@ def main(argv=None) -> int:
         row = {"study": str(study), "accuracy": acc, "wall_s": round(time.time() - t0, 1),
                "success": acc["won"]["trajectories"] / max(acc["all"]["trajectories"], 1)}
         rows.append(row)
-        a, w, lo = acc["all"], acc["won"], acc["lost"]
+        a, w, lo, sn = acc["all"], acc["won"], acc["lost"], acc["seen"]
         print(f"| {study} | {row['success']:.3f} | {fmt_share(a['parsed'], a['trajectories'])} | "
               f"{fmt_share(a['names_place'], a['trajectories'])} | {fmt_share(w['names_place'], w['trajectories'])} | "
-              f"{fmt_share(lo['names_place'], lo['trajectories'])} | {acc['constant_guess']['place']}: "
+              f"{fmt_share(lo['names_place'], lo['trajectories'])} | {fmt_share(sn['trajectories'], a['trajectories'])} | "
+              f"{fmt_share(sn['names_place'], sn['trajectories'])} | {acc['constant_guess']['place']}: "
               f"{fmt_share(acc['constant_guess']['names_place'], a['trajectories'])} | {row['wall_s']:.0f} |", flush=True)
     (out / "analyzer.json").write_text(json.dumps({"tasks": args.tasks, "group": args.group, "set": args.set,
                                                    "rows": rows}, indent=1))

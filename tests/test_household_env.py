@@ -32,6 +32,7 @@ from seed_jax.envs.household import (
     combinations,
     make_household_env,
     make_tasks,
+    start_place_seen,
 )
 from seed_jax.envs.household.tasks import load_task
 from seed_jax.envs.household.world import goal_reached, transitions
@@ -484,3 +485,45 @@ def test_annotator_on_random_rollouts_matches_env_audit_and_is_deterministic():
             assert parsed.skill.startswith(f"Avoid this mistake: at step {first_bad} ")
             assert f"first costly mistake was at step {first_bad}" in parsed.summary
     assert outcomes[True] >= 5 and outcomes[False] >= 5
+
+
+@pytest.mark.parametrize("task_change, actions, seen", [
+    ({}, (), False),
+    ({}, ("go to fridge 1",), False),  # the fridge is closed: its contents are not shown
+    ({}, ("go to fridge 1", "open fridge 1"), True),
+    ({}, ("open fridge 1", "go to fridge 1"), False),  # not admissible in the middle of the room: no-op
+    ({}, ("", "go to fridge 1", "dance", "open fridge 1"), True),  # invalid and unknown commands change nothing
+    ({}, ("go to countertop 1", "go to microwave 1", "look"), False),
+    ({"opened": ["fridge 1"]}, ("go to fridge 1",), True),  # open from the start: arriving shows it
+    ({"objects": {"apple 1": "countertop 1", "mug 1": "fridge 1"}}, ("go to countertop 1",), True),
+    ({"objects": {"apple 1": "countertop 1", "mug 1": "fridge 1"}}, ("go to fridge 1", "open fridge 1"), False),
+])
+def test_start_place_seen_hand_made(task_change, actions, seen):
+    assert start_place_seen({**HEAT_TASK, **task_change}, actions) is seen
+
+
+def test_start_place_seen_matches_the_env_observations():
+    """Independent reference: the texts the real env returned. An episode showed the object's
+    start place iff some observation says it lies there ('On the X, you see ... apple 1', 'The X
+    is open. In it, you see ... apple 1') or that the agent picked it up from there."""
+    import re
+
+    rng = random.Random(3)
+    env = HouseholdEnv(max_steps=6)  # short episodes: many never reach the object
+    counts = collections.Counter()
+    for task in make_tasks("seen", 60, seed=5) + make_tasks("unseen", 60, seed=5):
+        obj, place = task["target_object"], task["objects"][task["target_object"]]
+        shown = re.compile(rf"(On the {place}, you see|The {place} is open\. In it, you see)[^.]*\b{obj}\b"
+                           rf"|You pick up the {obj} from the {place}\.")
+        obs, _ = env.reset(task)
+        texts, actions, done = [obs], [], False
+        while not done:
+            roll = rng.random()
+            cmd = env.expert_actions()[0] if roll < 0.3 else rng.choice(env.admissible_commands) if roll < 0.95 else "dance"
+            obs, _, done, info = env.step(act(cmd))
+            texts.append(obs)
+            actions.append(info["action_text"] if info["valid"] else "")
+        reference = any(shown.search(t) for t in texts)
+        assert start_place_seen(task, actions) is reference, (task["task_id"], actions)
+        counts[reference] += 1
+    assert counts[True] >= 10 and counts[False] >= 10

@@ -560,17 +560,35 @@ def test_paired_table_hand_made():
 
 
 def test_skill_accuracy_by_update_hand_made(tmp_path):
-    rows = [{"update": 1, "task_id": "hand-pick", "parse_ok": True, "skill": "The apple was in the fridge 1."},
-            {"update": 1, "task_id": "hand-pick", "parse_ok": True, "skill": "Look on the sinkbasin 1."},
-            {"update": 1, "task_id": "hand-pick", "parse_ok": False, "skill": "fridge 1"},  # unparsed: not counted
-            {"update": 2, "task_id": "hand-pick", "parse_ok": True, "skill": "Check fridge 12 first."},
-            {"update": 2, "task_id": "unknown", "parse_ok": True, "skill": "fridge 1"},
-            {"update": 2, "task_id": "hand-pick", "parse_ok": False, "skill": "", "summary": ""}]  # GRPO's row
+    """PICK_TASK's apple starts in the closed fridge 1: an episode shows it only after 'open fridge 1'."""
+    shown, not_shown = ["go to fridge 1", "open fridge 1"], ["go to sinkbasin 1", "go to fridge 1"]
+    rows = [{"update": 1, "traj_id": "a", "task_id": "hand-pick", "parse_ok": True, "skill": "The apple was in the fridge 1."},
+            {"update": 1, "traj_id": "b", "task_id": "hand-pick", "parse_ok": True, "skill": "Look on the sinkbasin 1."},
+            {"update": 1, "traj_id": "c", "task_id": "hand-pick", "parse_ok": False, "skill": "fridge 1"},  # unparsed
+            {"update": 2, "traj_id": "d", "task_id": "hand-pick", "parse_ok": True, "skill": "Check fridge 12 first."},
+            {"update": 2, "traj_id": "e", "task_id": "hand-pick", "parse_ok": True, "skill": "the fridge 1"},  # no actions
+            {"update": 2, "traj_id": "f", "task_id": "unknown", "parse_ok": True, "skill": "fridge 1"},
+            {"update": 2, "traj_id": "g", "task_id": "hand-pick", "parse_ok": False, "skill": "", "summary": ""}]  # GRPO's row
     (tmp_path / "skills.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    got = skill_accuracy_by_update(tmp_path, {"hand-pick": PICK_TASK})
-    assert got == {1: {"skills": 3, "parsed": 2, "names_place": 1}, 2: {"skills": 1, "parsed": 1, "names_place": 0}}
+    actions = {tid: {"task_id": "hand-pick", "actions": acts, "won": False}
+               for tid, acts in {"a": shown, "b": not_shown, "c": shown + ["take apple 1 from fridge 1"], "d": shown,
+                                 "f": shown, "g": shown}.items()}
+    got = skill_accuracy_by_update(tmp_path, {"hand-pick": PICK_TASK}, actions)
+    # by hand: update 1 = a (shown, names it), b (not shown), c (shown, unparsed); update 2 = d (shown, wrong
+    # place), e (named, no recorded actions: not counted as shown); f (unknown task) and g (no analysis) left out
+    assert got == {1: {"skills": 3, "parsed": 2, "names_place": 1, "seen": 2, "seen_names_place": 1},
+                   2: {"skills": 2, "parsed": 2, "names_place": 1, "seen": 1, "seen_names_place": 0}}
+    assert skill_accuracy_by_update(tmp_path, {"hand-pick": PICK_TASK})[2] == {
+        "skills": 2, "parsed": 2, "names_place": 1, "seen": 0, "seen_names_place": 0}
     per_seed = [{"skill_accuracy": {str(u): v for u, v in got.items()}}]
-    assert pooled_share(per_seed, 'skill_accuracy', "names_place", 1, 3) == 1 / 4 and pooled_share(per_seed, 'skill_accuracy', "parsed", 2, 3) == 1.0
+    assert pooled_share(per_seed, "skill_accuracy", "names_place", 1, 3) == 2 / 5
+    assert pooled_share(per_seed, "skill_accuracy", "parsed", 2, 3) == 1.0
+    assert pooled_share(per_seed, "skill_accuracy", "seen", 1, 3) == 3 / 5
+    assert pooled_share(per_seed, "skill_accuracy", "seen_names_place", 1, 3) == 1 / 3
+    # a run recorded before 'seen' existed: its counts read as 0, the reading accuracy as unknown
+    old = [{"skill_accuracy": {"1": {"skills": 3, "parsed": 2, "names_place": 1}}}]
+    assert pooled_share(old, "skill_accuracy", "names_place", 1, 2) == 1 / 3
+    assert pooled_share(old, "skill_accuracy", "seen_names_place", 1, 2) is None
     assert skill_accuracy_by_update(tmp_path / "none", {}) == {}
     with pytest.raises(KeyError, match="not 'won'"):
         pooled_share(per_seed, "skill_accuracy", "won", 1, 3)
@@ -583,18 +601,21 @@ def test_analyzer_accuracy_hand_made(tmp_path):
     a won one of the same task with the apple on the sinkbasin whose skill names the fridge; plus
     one of an unknown task (left out). By hand: all 5 episodes, 4 parsed, 2 accurate; won 3 -> 3
     parsed, 1 accurate; lost 2 -> 1 parsed, 1 accurate; the constant guess 'fridge 1' (4 of the 5
-    episodes start there) is right 4 times."""
+    episodes start there) is right 4 times. The episodes a and b open the fridge and g goes to the
+    sinkbasin, so they showed the apple's place (3, all parsed, 1 accurate: a); c and d only look
+    (2, 1 parsed, 1 accurate: c's skill guessed right)."""
     from seed_jax.experiments.household.audit import analyzer_accuracy
     from seed_jax.rollout.trajectory import StepSample, Trajectory, write_trajectories
     from seed_jax.skills import canonical_answer, write_skill_records
 
-    step = StepSample(prompt_ids=[], response_ids=[], response_logprobs=[], response_text="", prompt_text="",
-                      raw_observation="", reward=0.0, valid=True, action="look")
+    def step(action):
+        return StepSample(prompt_ids=[], response_ids=[], response_logprobs=[], response_text="", prompt_text="",
+                          raw_observation="", reward=0.0, valid=True, action=action)
 
     sink = {**PICK_TASK, "task_id": "hand-sink", "objects": {"apple 1": "sinkbasin 1", "mug 1": "fridge 1"}}
 
-    def traj(tid, won, task="hand-pick", error=False):
-        return Trajectory(task_id=task, group_id=0, traj_id=tid, task_description="", steps=[step],
+    def traj(tid, won, task="hand-pick", error=False, actions=("look",)):
+        return Trajectory(task_id=task, group_id=0, traj_id=tid, task_description="", steps=[step(a) for a in actions],
                           episode_reward=10.0 * won, won=won, env_error=error)
 
     def rec(tid, skill):
@@ -602,8 +623,10 @@ def test_analyzer_accuracy_hand_made(tmp_path):
 
     (tmp_path / "stage1").mkdir()
     write_trajectories(tmp_path / "stage1" / "trajectories.jsonl",
-                       [traj("a", True), traj("b", True), traj("c", False), traj("d", False),
-                        traj("e", False, error=True), traj("f", True, task="unknown"), traj("g", True, task="hand-sink")])
+                       [traj("a", True, actions=("go to fridge 1", "open fridge 1")),
+                        traj("b", True, actions=("go to fridge 1", "open fridge 1")), traj("c", False), traj("d", False),
+                        traj("e", False, error=True), traj("f", True, task="unknown"),
+                        traj("g", True, task="hand-sink", actions=("go to sinkbasin 1",))])
     write_skill_records(tmp_path / "stage1" / "sft.jsonl",
                         [rec("a", "find the apple (here it was inside the fridge 1), take it"),
                          rec("b", "find the apple (here it was on the sinkbasin 1), take it"),
@@ -616,6 +639,8 @@ def test_analyzer_accuracy_hand_made(tmp_path):
     assert got == {"all": {"trajectories": 5, "parsed": 4, "names_place": 2},
                    "won": {"trajectories": 3, "parsed": 3, "names_place": 1},
                    "lost": {"trajectories": 2, "parsed": 1, "names_place": 1},
+                   "seen": {"trajectories": 3, "parsed": 3, "names_place": 1},
+                   "unseen": {"trajectories": 2, "parsed": 1, "names_place": 1},
                    "constant_guess": {"place": "fridge 1", "names_place": 4}}
 
 
@@ -839,7 +864,9 @@ def test_ci_study_end_to_end(tmp_path):
     # the oracle's skills are the expert's analysis, which names where the object was: accuracy 1
     acc = res["arms"]["oracle"]["0"]["skill_accuracy"]
     assert sum(v["skills"] for v in acc.values()) == n and all(v["names_place"] == v["skills"] for v in acc.values())
-    assert "## Analyzer accuracy" in md and not res["arms"]["sft_grpo"]["0"]["skill_accuracy"]
+    assert all(v["seen_names_place"] == v["seen"] <= v["skills"] for v in acc.values())  # read from the run's actions
+    assert "## Analyzer accuracy" in md and "names it when shown" in md
+    assert not res["arms"]["sft_grpo"]["0"]["skill_accuracy"]
     # the oracle's teacher read the env's expert analysis of each very episode (rebuilt from its
     # recorded commands; `household_scripted_answer` called directly)
     expert = household_scripted_answer(household_splits(c.env), bool(c.env.skill_plan))
@@ -865,6 +892,7 @@ def test_ci_study_end_to_end(tmp_path):
     a = row["accuracy"]
     assert a["all"]["trajectories"] == 4 and a["won"]["trajectories"] + a["lost"]["trajectories"] == 4
     assert 0 <= a["all"]["names_place"] <= a["all"]["parsed"] <= 4
+    assert a["seen"]["trajectories"] + a["unseen"]["trajectories"] == 4
     assert analyzer_main(["--shared", str(tmp_path / "nothing")]) == 2
     probe = json.loads((tmp_path / "probe.json").read_text())
     assert set(probe) == {"stage-1 checkpoint", "sft_grpo", "seed"}

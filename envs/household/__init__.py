@@ -19,6 +19,7 @@ from seed_jax.envs.household.annotator import (
                                       annotate_trajectory,
                                       first_deviation,
                                       replay,
+                                      start_place_seen,
 )
 from seed_jax.envs.household.env import HOUSEHOLD_SPEC, HouseholdEnv, make_household_env
 from seed_jax.envs.household.expert import ExpertResult, solve
@@ -43,7 +44,7 @@ from seed_jax.envs.household.world import TASK_TYPES
 
 __all__ = [
     "EpisodeRecord", "StepAudit", "annotate_episode", "annotate_json", "annotate_trajectory", "first_deviation",
-    "replay", "HOUSEHOLD_SPEC", "HouseholdEnv", "make_household_env", "ExpertResult", "solve", "SPLITS",
+    "replay", "start_place_seen", "HOUSEHOLD_SPEC", "HouseholdEnv", "make_household_env", "ExpertResult", "solve", "SPLITS",
     "HouseholdConfig", "all_combinations", "combinations", "generate_task", "load_task", "make_tasks", "split_of",
     "TASK_TYPES", "BENCHMARK_SPLITS", "household_scripted_answer", "household_spec", "household_splits",
     "household_task_config",

@@ -28,7 +28,16 @@ from typing import Any
 from seed_jax.envs.actions import parse_action
 from seed_jax.envs.household.expert import ExpertCache, ExpertResult
 from seed_jax.envs.household.tasks import load_task
-from seed_jax.envs.household.world import APPLIANCE, Layout, WorldState, goal_reached, is_openable, kind_of, transitions
+from seed_jax.envs.household.world import (
+    APPLIANCE,
+    Layout,
+    WorldState,
+    accessible,
+    goal_reached,
+    is_openable,
+    kind_of,
+    transitions,
+)
 
 _VERB_OF_PROP = {"clean": "clean", "hot": "heat", "cool": "cool"}
 
@@ -94,6 +103,34 @@ def replay(task: dict, actions: Sequence[str]) -> tuple[list[StepAudit], WorldSt
         after = expert(state)
         audits.append(StepAudit(i, action, action in moves, before.actions, before.distance, after.distance))
     return audits, state, start
+
+
+def start_place_seen(task: dict, actions: Sequence[str]) -> bool:
+    """Did the episode show where the task object started? Replays ``actions`` from the task's
+    start as `replay` does ('' = an invalid response; a command that is not admissible changes
+    nothing; stops at a win) and is True iff at the start or after some step the agent stood at
+    the object's start receptacle while it was accessible (a surface, or a container open
+    then) with the object still there, or held the object. Only then can an analyzer name the
+    start place by reading the episode; otherwise a skill naming it is a guess (or, for the
+    scripted analyzer, privileged knowledge of the world)."""
+    layout, state = load_task(task)
+    obj = layout.target_object
+    place = state.where(obj)
+
+    def shows(s: WorldState) -> bool:
+        return s.holding == obj or (s.location == place and accessible(s, place) and s.where(obj) == place)
+
+    if shows(state):
+        return True
+    for action in actions:
+        if goal_reached(layout, state):
+            break
+        moves = transitions(layout, state) if action else {}
+        if action in moves:
+            state = moves[action][0]
+        if shows(state):
+            return True
+    return False
 
 
 def first_deviation(audits: Sequence[StepAudit]) -> StepAudit | None:

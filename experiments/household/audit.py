@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seed_jax.envs.household import replay
+from seed_jax.envs.household import EpisodeRecord, replay, start_place_seen
 from seed_jax.jsonl import read_jsonl
 from seed_jax.metrics import SKILLS_FILE
 from seed_jax.rollout.trajectory import iter_trajectories
@@ -76,24 +76,36 @@ def names_start_place(skill: str | None, task: dict) -> bool:
     return bool(skill) and re.search(rf"\b{re.escape(place)}\b", skill) is not None
 
 
-def skill_accuracy_by_update(workdir: str | Path, tasks_by_id: Mapping[str, dict]) -> dict[int, dict]:
-    """update -> {'skills', 'parsed', 'names_place'} over the RL stage's skills
-    (``skills.jsonl``: one row per trajectory, ``{update, task_id, parse_ok, skill, summary}``;
-    rows without a skill or summary, as GRPO logs them, are no analysis and left out):
-    how many were written, parsed, and name the task object's start place
-    (`names_start_place`): the analyzer-accuracy measure (an expert skill names it)."""
+def skill_accuracy_by_update(workdir: str | Path, tasks_by_id: Mapping[str, dict],
+                             actions: Mapping[str, dict] | None = None) -> dict[int, dict]:
+    """update -> {'skills', 'parsed', 'names_place', 'seen', 'seen_names_place'} over the RL
+    stage's skills (``skills.jsonl``: one row per trajectory, ``{update, traj_id, task_id,
+    parse_ok, skill, summary}``; rows without a skill or summary, as GRPO logs them, are no
+    analysis and left out): how many were written, parsed, and name the task object's start place
+    (`names_start_place`): the analyzer-accuracy measure (an expert skill names it). With the
+    run's sampled commands (``actions``, `read_step_actions`): ``seen`` counts the skills whose
+    episode showed that place (`envs.household.start_place_seen`) and ``seen_names_place`` those
+    of them that name it, the analyzer's reading accuracy (a skill about an episode that never
+    showed the place can only guess it); both 0 without ``actions``."""
     path = Path(workdir) / SKILLS_FILE
     out: dict[int, dict] = {}
     if not path.exists():
         return out
+    actions = actions or {}
     for r in read_jsonl(path):
         task = tasks_by_id.get(r.get("task_id"))
         if task is None or not (r.get("skill") or r.get("summary")):
             continue  # no analysis written (an arm without skills logs empty rows)
-        acc = out.setdefault(int(r["update"]), {"skills": 0, "parsed": 0, "names_place": 0})
+        acc = out.setdefault(int(r["update"]), {"skills": 0, "parsed": 0, "names_place": 0, "seen": 0,
+                                                "seen_names_place": 0})
+        named = bool(r.get("parse_ok")) and names_start_place(r.get("skill"), task)
         acc["skills"] += 1
         acc["parsed"] += bool(r.get("parse_ok"))
-        acc["names_place"] += bool(r.get("parse_ok")) and names_start_place(r.get("skill"), task)
+        acc["names_place"] += named
+        episode = actions.get(r.get("traj_id"))
+        if episode is not None and start_place_seen(task, episode["actions"]):
+            acc["seen"] += 1
+            acc["seen_names_place"] += named
     return dict(sorted(out.items()))
 
 
@@ -107,15 +119,17 @@ def analyzer_accuracy(run_dir: str | Path, tasks_by_id: Mapping[str, dict]) -> d
     that names the task object's start place (`names_start_place`); and the reference a
     skill must beat, ``'constant_guess': {'place', 'names_place'}``: the start place most of
     these episodes share, and in how many it is right (a skill that names it every time is that
-    accurate without reading the episode). Trajectories of tasks missing from ``tasks_by_id``
-    are left out."""
+    accurate without reading the episode). ``'seen' | 'unseen'`` split ``all`` by whether the
+    episode showed the start place (`envs.household.start_place_seen`): on ``seen`` the skill
+    can copy it (reading accuracy), on ``unseen`` only guess. Trajectories of tasks missing from
+    ``tasks_by_id`` are left out."""
     run_dir = Path(run_dir)
     skills: dict[str, str] = {}
     for name in ("sft.jsonl", "sft_heldout.jsonl"):
         path = run_dir / "stage1" / name
         if path.exists():
             skills.update({r.traj_id: parse_skill(r.answer).skill for r in read_skill_records(path)})
-    out: dict = {k: {"trajectories": 0, "parsed": 0, "names_place": 0} for k in ("all", "won", "lost")}
+    out: dict = {k: {"trajectories": 0, "parsed": 0, "names_place": 0} for k in ("all", "won", "lost", "seen", "unseen")}
     places: dict[str, int] = {}
     for t in iter_trajectories(run_dir / "stage1" / "trajectories.jsonl"):
         task = tasks_by_id.get(t.task_id)
@@ -124,7 +138,8 @@ def analyzer_accuracy(run_dir: str | Path, tasks_by_id: Mapping[str, dict]) -> d
         place = task["objects"][task["target_object"]]
         places[place] = places.get(place, 0) + 1
         skill = skills.get(t.traj_id)
-        for key in ("all", "won" if t.won else "lost"):
+        seen = start_place_seen(task, EpisodeRecord.from_trajectory(t, task).actions)
+        for key in ("all", "won" if t.won else "lost", "seen" if seen else "unseen"):
             out[key]["trajectories"] += 1
             out[key]["parsed"] += skill is not None
             out[key]["names_place"] += skill is not None and names_start_place(skill, task)

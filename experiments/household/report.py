@@ -161,7 +161,7 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
                 "consistency": {str(u): v for u, v in consistency_by_update(actions, tasks_by_id).items()},
                 "audit": audit_run(wd, tasks_by_id, config.rl.num_updates, actions),
                 "groups": {str(u): v for u, v in group_outcomes(actions).items()},
-                "skill_accuracy": {str(u): v for u, v in skill_accuracy_by_update(wd, tasks_by_id).items()},
+                "skill_accuracy": {str(u): v for u, v in skill_accuracy_by_update(wd, tasks_by_id, actions).items()},
             }
         res["arms"][arm] = per_seed
     return res
@@ -191,26 +191,30 @@ def pooled_audit(res: dict, arm: str, window: str) -> dict:
     return out
 
 
-# per-update counts of a seed's results: field -> (numerator keys, denominator key)
-POOLED = {"consistency": (("consistent",), "steps"),  # `audit.consistency_by_update`
-          "groups": (("all_fail", "all_win"), "groups"),  # `audit.group_outcomes`
-          "skill_accuracy": (("names_place", "parsed"), "skills")}  # `audit.skill_accuracy_by_update`
+# per-update counts of a seed's results: field -> ({numerator key: its denominator key}, the field's count)
+POOLED = {"consistency": ({"consistent": "steps"}, "steps"),  # `audit.consistency_by_update`
+          "groups": ({"all_fail": "groups", "all_win": "groups"}, "groups"),  # `audit.group_outcomes`
+          # `audit.skill_accuracy_by_update`: names_place among the skills whose episode showed the place
+          "skill_accuracy": ({"names_place": "skills", "parsed": "skills", "seen": "skills",
+                              "seen_names_place": "seen"}, "skills")}
 
 
 def pooled_share(per_seed: Sequence[dict], field: str, key: str, lo: int, hi: int) -> float | None:
-    """sum k / sum n over updates [lo, hi) of all seeds, with k = ``d[field][u][key]`` and n the
-    field's denominator (`POOLED`): e.g. the share of expert-consistent rollout actions
+    """sum k / sum n over updates [lo, hi) of all seeds, with k = ``d[field][u][key]`` and n
+    the key's denominator (`POOLED`): e.g. the share of expert-consistent rollout actions
     (``consistency``, ``consistent``), of all-fail GRPO groups (``groups``, ``all_fail``), of RL
-    skills naming the object's place (``skill_accuracy``, ``names_place``); None without any."""
-    keys, total = POOLED[field]
+    skills naming the object's place (``skill_accuracy``, ``names_place``), of those whose episode
+    showed it (``seen_names_place``); None without any (counts a run recorded before a key
+    existed lacks count as 0)."""
+    keys = POOLED[field][0]
     if key not in keys:
-        raise KeyError(f"{field} counts {keys}, not {key!r}")
+        raise KeyError(f"{field} counts {tuple(keys)}, not {key!r}")
     k = n = 0
     for d in per_seed:
         for u, v in (d.get(field) or {}).items():
             if lo <= int(u) < hi:
-                k += v[key]
-                n += v[total]
+                k += v.get(key, 0)
+                n += v.get(keys[key], 0)
     return k / n if n else None
 
 
@@ -426,12 +430,16 @@ def markdown(res: dict, arms: Sequence[str], timings: dict | None = None) -> str
                            "A group = the rollouts of one task in one update; shares pooled over seeds.", "",
                            "| arm | groups | all-fail, first third | last third | all updates | all-win, all updates |"])
     lines += window_table(res, arms, "skill_accuracy", [("names_place", "first"), ("names_place", "last"),
-                                                        ("names_place", "all"), ("parsed", "all")],
+                                                        ("names_place", "all"), ("parsed", "all"), ("seen", "all"),
+                                                        ("seen_names_place", "all")],
                           ["## Analyzer accuracy: do the RL skills name where the task object was?", "",
                            "Share of the skills the teacher read (one per trajectory) that parse and name the task "
-                           "object's start place (an expert skill does); pooled over seeds.", "",
+                           "object's start place (an expert skill does); pooled over seeds. 'Showed it': share of "
+                           "the episodes that showed the place (the agent saw the object there or took it; "
+                           "`envs.household.start_place_seen`), and among them the share of skills naming it "
+                           "(reading accuracy; about an episode that never showed it, a skill can only guess).", "",
                            "| arm | skills | names the place, first third | last third | all updates | "
-                           "parsed, all updates |"])
+                           "parsed, all updates | episode showed it | names it when shown |"])
     if res.get("probe"):
         lines += ["", "## Teacher probe: does the hint H(h, s) favour the expert's action?", "",
                   "Fresh noisy demonstrations (30 % detours; the demonstrator searches for the object when "
