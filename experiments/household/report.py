@@ -204,8 +204,8 @@ def pooled_share(per_seed: Sequence[dict], field: str, key: str, lo: int, hi: in
     the key's denominator (`POOLED`): e.g. the share of expert-consistent rollout actions
     (``consistency``, ``consistent``), of all-fail GRPO groups (``groups``, ``all_fail``), of RL
     skills naming the object's place (``skill_accuracy``, ``names_place``), of those whose episode
-    showed it (``seen_names_place``); None without any (counts a run recorded before a key
-    existed lacks count as 0)."""
+    showed it (``seen_names_place``); None without any. A count missing from a run recorded
+    before its key existed reads as 0."""
     keys = POOLED[field][0]
     if key not in keys:
         raise KeyError(f"{field} counts {tuple(keys)}, not {key!r}")
