@@ -51,7 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="study", choices=PRESETS, help="the household preset the studies were run with")
     ap.add_argument("--set", action="append", default=[], help="config override, e.g. env.num_receptacles=8")
     args = ap.parse_args(argv)
-    studies = [Path(s).absolute() for s in args.shared.split(",") if s]
+    given = [s for s in args.shared.split(",") if s]  # recorded as given: no machine's absolute path
+    studies = [Path(s).resolve() for s in given]
     if args.tasks < 1 or args.group < 1:
         print(f"error: --tasks ({args.tasks}) and --group ({args.group}) must be >= 1", file=sys.stderr)
         return 2
@@ -99,11 +100,11 @@ def main(argv=None) -> int:
         if not (wd / "stages" / "annotate.json").exists():
             run_pipeline(cfg, wd, "collect,annotate")
         acc = analyzer_accuracy(wd, tasks_by_id)
-        row = {"study": str(study), "accuracy": acc, "wall_s": round(time.time() - t0, 1),
+        row = {"study": given[i], "accuracy": acc, "wall_s": round(time.time() - t0, 1),
                "success": acc["won"]["trajectories"] / max(acc["all"]["trajectories"], 1)}
         rows.append(row)
         a, w, lo, sn = acc["all"], acc["won"], acc["lost"], acc["seen"]
-        print(f"| {study} | {row['success']:.3f} | {fmt_share(a['parsed'], a['trajectories'])} | "
+        print(f"| {given[i]} | {row['success']:.3f} | {fmt_share(a['parsed'], a['trajectories'])} | "
               f"{fmt_share(a['names_place'], a['trajectories'])} | {fmt_share(w['names_place'], w['trajectories'])} | "
               f"{fmt_share(lo['names_place'], lo['trajectories'])} | {fmt_share(sn['trajectories'], a['trajectories'])} | "
               f"{fmt_share(sn['names_place'], sn['trajectories'])} | {acc['constant_guess']['place']}: "

@@ -883,9 +883,11 @@ def test_ci_study_end_to_end(tmp_path):
     # the analyzer bench: the stage-1 checkpoint plays 2 tasks twice and analyses its own episodes
     from bench.household_analyzer import main as analyzer_main
 
-    assert analyzer_main(["--shared", str(tmp_path), "--preset", "ci", "--tasks", "2", "--group", "2",
+    given = os.path.relpath(tmp_path)  # recorded as given, not as this machine's absolute path
+    assert analyzer_main(["--shared", given, "--preset", "ci", "--tasks", "2", "--group", "2",
                           "--out", str(tmp_path / "analyzer")]) == 0
     (row,) = json.loads((tmp_path / "analyzer" / "analyzer.json").read_text())["rows"]
+    assert row["study"] == given
     (wd,) = [d for d in (tmp_path / "analyzer").iterdir() if d.is_dir()]
     ran = json.loads((wd / "config.json").read_text())
     assert ran["model"]["path"] == str(tmp_path / "base" / "sft" / "model") and ran["stage1"]["analyzer"] == "self"
