@@ -6,7 +6,9 @@
 Stage 0 (BC policy) and stage 1 (scripted annotation + analyzer SFT) run once; then every arm
 (GRPO = sft_grpo, SEED, SEED-static, SEED-shuffled, the oracle = SEED with the env's expert
 skills, optional lambda_opd sweep arms) runs RL + evaluation from the same stage-1 checkpoint
-for each seed. A finished piece is skipped when the command is re-run with the same --out.
+for each seed, seed by seed (every arm of seed k finishes before seed k+1 starts, so a study
+stopped part-way holds complete pairs). A finished piece is skipped when the command is re-run
+with the same --out.
 Writes results.md (printed at the end), results.json, curves.png, gates.png, audit.png and timings.json to
 --out (default runs/household-PRESET).
 

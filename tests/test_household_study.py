@@ -681,6 +681,36 @@ def test_link_shared(tmp_path):
         link_shared(shared, other)
 
 
+def test_study_finishes_each_seed_before_the_next(tmp_path, monkeypatch):
+    """A study stopped part-way holds complete pairs: each seed's start and every arm of it run
+    before the next seed's (the pipeline is replaced by a recorder that writes the stage markers
+    `run_study` checks, and fails on the fourth RL run as a kill would)."""
+    from seed_jax.experiments.household import experiment
+
+    ran = []
+
+    def fake_pipeline(config, wd, stages, callbacks=None):
+        wd = Path(wd)
+        if stages == "rl,eval" and sum(r[1] == "rl,eval" for r in ran) == 3:
+            raise KeyboardInterrupt("stopped")
+        ran.append((str(wd.relative_to(tmp_path)), stages))
+        _write(wd / "stages" / "eval.json", "{}")
+
+    monkeypatch.setattr(experiment, "run_stage0", lambda config, policy: _write(Path(policy) / "stage0.json", "{}"))
+    monkeypatch.setattr(experiment, "run_pipeline", fake_pipeline)
+    monkeypatch.setattr(experiment, "copy_stage1", lambda base, wd: None)
+    monkeypatch.setattr(experiment, "write_report", lambda *a: {})
+    c = _household_config("ci")
+    c.study.probe_tasks = 0
+    with pytest.raises(KeyboardInterrupt):
+        run_study(c, tmp_path, arms=["sft_grpo", "seed"], seeds=[0, 1, 2])
+    assert [r[0] for r in ran if r[0].startswith(("start", "arms"))] == [
+        "start/seed0", "arms/sft_grpo/seed0", "arms/seed/seed0",
+        "start/seed1", "arms/sft_grpo/seed1",  # stopped in seed 1's SEED run: seed 0 is a whole pair
+    ]
+    assert ran[0] == ("stage0/eval_run", "eval") and ran[1] == ("base", "collect,annotate,sft,eval")
+
+
 def _write(path, text="x"):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

@@ -197,6 +197,8 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
         _timed(timings, "stage1", lambda: run_pipeline(c, base, "collect,annotate,sft,eval"))
         piece_finished()
 
+    # seed-outer: each seed's start and arms finish before the next seed begins, so a study
+    # stopped part-way holds complete pairs (every arm of a seed) for the paired comparison
     for seed in seeds:
         wd = out / "start" / f"seed{seed}"
         if not (wd / "stages" / "eval.json").exists():
@@ -205,8 +207,7 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
             c.eval.checkpoint = str(base / "sft" / "model")
             _timed(timings, f"start/seed{seed}", functools.partial(run_pipeline, c, wd, "eval"))
             piece_finished()
-    for arm in arms:
-        for seed in seeds:
+        for arm in arms:
             wd = out / "arms" / arm.replace("@", "_l") / f"seed{seed}"
             if (wd / "stages" / "eval.json").exists():
                 continue
