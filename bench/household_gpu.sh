@@ -15,7 +15,8 @@
 #   2. carry [".gguf2"],         command: bash bench/household_gpu.sh run
 # `run` joins the parts (checking the sha256 recorded by `prepare`), installs the wheels into
 # /tmp/site and runs the study into $OUT/study (results.md, results.json, curves.png,
-# timings.json come back). Budget: about 8 minutes of H200 time was the aim for GRPO and SEED;
+# timings.json come back; the study runs seed by seed, GRPO, SEED, then the oracle, and if the
+# time cap stops it part-way, the report of the runs that finished). Budget: about 8 minutes of H200 time was the aim for GRPO and SEED;
 # the oracle arm is a third RL run of SEED's size (`run --arms sft_grpo,seed` leaves it out); the
 # preset was sized without an accelerator, so the first run's timings.json is the measurement (README).
 # `check` runs nothing: `household_study.py --check` of the gpu preset (each arm's config, GRPO,
@@ -53,9 +54,16 @@ run)
   export PYTHONUNBUFFERED=1 TQDM_DISABLE=1
   out="${OUT:-runs}/study"; mkdir -p "$out"
   python3 -c "import jax; print('devices:', jax.devices())"
-  timeout 560 python3 bench/household_study.py --preset gpu --out "$out" --quiet \
-    --set stage0.init=/tmp/smollm2.gguf "$@" 2>&1 | tee "${OUT:-runs}/household_gpu.log"
+  log="${OUT:-runs}/household_gpu.log"; rc=0
+  timeout 520 python3 bench/household_study.py --preset gpu --out "$out" --quiet \
+    --set stage0.init=/tmp/smollm2.gguf "$@" 2>&1 | tee "$log" || rc=$?
+  if [ "$rc" -ne 0 ]; then  # stopped part-way (the time cap): the report of the runs that finished
+    echo "study exited $rc: the report of its finished runs follows" | tee -a "$log"
+    timeout 45 python3 bench/household_study.py --preset gpu --out "$out" --quiet --report \
+      --set stage0.init=/tmp/smollm2.gguf "$@" 2>&1 | tee -a "$log" || true
+  fi
   rm -rf "$out/arms" "$out/base" "$out/start" "$out/stage0"  # checkpoints stay behind: only figures come back
+  exit "$rc"
   ;;
 check)
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

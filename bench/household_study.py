@@ -1,7 +1,7 @@
 """The household evidence study in one command.
 
     python bench/household_study.py [--preset study|ci|tiny|gpu|hard] [--out DIR] [--arms a,b|none] [--seeds 0,1,2]
-                                    [--set key=value ...] [--shared STUDY_DIR] [--archive DIR] [--check]
+                                    [--set key=value ...] [--shared STUDY_DIR] [--archive DIR] [--report | --check]
 
 Stage 0 (BC policy) and stage 1 (scripted annotation + analyzer SFT) run once; then every arm
 (GRPO = sft_grpo, SEED, SEED-static, SEED-shuffled, the oracle = SEED with the env's expert
@@ -11,6 +11,9 @@ stopped part-way holds complete pairs). A finished piece is skipped when the com
 with the same --out.
 Writes results.md (printed at the end), results.json, curves.png, gates.png, audit.png and timings.json to
 --out (default runs/household-PRESET).
+
+--report runs nothing: it writes and prints the report of the finished pieces in --out (after
+restoring --archive's), e.g. of a study still running or stopped part-way.
 
 --check runs nothing: it validates every arm's run config for every seed (one line each) and
 exits 2 at the first that does not validate, naming the arm and the key.
@@ -98,12 +101,20 @@ def main(argv=None) -> int:
                     help="restore the finished pieces stored in DIR first, and store each piece there as it "
                          "finishes (experiments.household.archive), so a later session goes on from them")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    ap.add_argument("--report", action="store_true",
+                    help="run nothing: restore --archive's pieces, then write and print the report of the "
+                         "finished pieces in --out (a run killed part-way is left out)")
     ap.add_argument("--check", action="store_true",
                     help="only validate every arm's config for every seed (exit 2 naming the arm and key)")
     args = ap.parse_args(argv)
     if args.check:
         return check(args)
 
+    out = Path(args.out or f"runs/household-{args.preset}")
+    if args.report and args.archive is None and not out.is_dir():
+        print(f"--report: {out} is not a study directory (nothing to report; give --out, or --archive to restore)",
+              file=sys.stderr)
+        return 2
     if args.quiet:
         os.environ.setdefault("TQDM_DISABLE", "1")
     from absl import logging as absl_logging
@@ -116,14 +127,16 @@ def main(argv=None) -> int:
     log.setLevel(logging.INFO)
     log.propagate = False
 
-    from seed_jax.experiments.household.experiment import run_study
+    from seed_jax.experiments.household.experiment import run_study, study_report
 
     config = _config(args)
-    out = Path(args.out or f"runs/household-{args.preset}")
     arms = _arms(args.arms)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     t0 = time.time()
-    res = run_study(config, out, arms, seeds, shared=args.shared, archive=args.archive)
+    if args.report:
+        res = study_report(config, out, arms, seeds, archive=args.archive)
+    else:
+        res = run_study(config, out, arms, seeds, shared=args.shared, archive=args.archive)
     print(res["markdown"])
     print(f"study directory: {out.absolute()}  (wall {time.time() - t0:.0f} s this call)")
     return 0

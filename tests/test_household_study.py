@@ -502,6 +502,13 @@ def test_study_check_validates_every_arm_and_exits_2_naming_the_first_that_does_
                                 "analysis, which only household provides, not env 'webshop' (got 'scripted')")
 
 
+def test_study_report_refuses_a_missing_study_directory(tmp_path):
+    r = _study_script("--preset", "ci", "--report", "--out", str(tmp_path / "none"))
+    assert r.returncode == 2 and not (tmp_path / "none").exists()
+    assert r.stderr.strip().endswith(f"--report: {tmp_path / 'none'} is not a study directory "
+                                     "(nothing to report; give --out, or --archive to restore)")
+
+
 def test_report_mean_std():
     m, s, n = mean_std([0.5, 0.25, None, 0.75])
     assert (m, n) == (0.5, 3) and s == pytest.approx(0.25)  # sample std of (.25, .5, .75)
@@ -938,6 +945,17 @@ def test_ci_study_end_to_end(tmp_path):
     elsewhere = run_study(c, tmp_path / "elsewhere", archive=tmp_path / "archive")
     assert not (tmp_path / "elsewhere" / "arms" / "seed" / "seed0" / "sft").exists()
     assert elsewhere["arms"] == res["arms"] and elsewhere["probe"] == res["probe"]
+    # --report runs nothing and leaves out a run killed part-way (its files there, its last stage
+    # marker not): SEED's seed 0 as if killed in its evaluation
+    from bench.household_study import main as study_main
+
+    (tmp_path / "elsewhere" / "arms" / "seed" / "seed0" / "stages" / "eval.json").unlink()
+    (tmp_path / "elsewhere" / "results.md").unlink()
+    assert study_main(["--preset", "ci", "--out", str(tmp_path / "elsewhere"), "--report", "--quiet"]) == 0
+    partial = json.loads((tmp_path / "elsewhere" / "results.json").read_text())
+    assert partial["arms"]["seed"] == {} and partial["arms"]["oracle"] == json.loads(json.dumps(res["arms"]["oracle"], default=str))
+    assert not (tmp_path / "elsewhere" / "arms" / "seed" / "seed0" / "stages" / "eval.json").exists()  # not rerun
+    assert "| SEED-oracle" in (tmp_path / "elsewhere" / "results.md").read_text()
 
 
 def test_hardness_scan_refuses_bad_input_before_any_work(tmp_path, capsys):

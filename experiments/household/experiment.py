@@ -42,7 +42,7 @@ from seed_jax.experiments.household import archive as study_archive
 from seed_jax.experiments.household.audit import STEP_ACTIONS_FILE
 from seed_jax.experiments.household.bc import run_stage0
 from seed_jax.experiments.household.probe import probe_checkpoints, probe_points
-from seed_jax.experiments.household.report import write_report
+from seed_jax.experiments.household.report import arm_dir, finished, write_report
 from seed_jax.jsonl import append_jsonl, repair_torn_tail
 from seed_jax.launch import run_pipeline
 from seed_jax.pipeline.validate import validate
@@ -136,7 +136,7 @@ def link_shared(shared: str | Path, out: Path) -> None:
     checkpoint. Raises FileNotFoundError when ``shared`` has not finished stage 1, and
     FileExistsError when ``out`` already has its own, different stage 0 or stage 1."""
     shared = Path(shared).absolute()
-    if not (shared / "base" / "stages" / "eval.json").exists():
+    if not finished(shared / "base"):
         raise FileNotFoundError(f"{shared}: stage 1 has not finished there (no base/stages/eval.json)")
     out.mkdir(parents=True, exist_ok=True)
     for sub in ("stage0", "base"):
@@ -146,6 +146,18 @@ def link_shared(shared: str | Path, out: Path) -> None:
         if link.exists() or link.is_symlink():
             raise FileExistsError(f"{link} exists and is not a link to {shared / sub}")
         link.symlink_to(shared / sub, target_is_directory=True)
+
+
+def study_report(config, out_dir: str | Path, arms: list[str] | None = None, seeds: list[int] | None = None,
+                 archive: str | Path | None = None) -> dict:
+    """The report of the study's finished pieces (`report.finished`), running nothing: after
+    restoring ``archive``'s pieces that ``out_dir`` lacks, writes results.md etc. as `run_study`
+    does at its end; a run killed part-way is left out of it."""
+    out = Path(out_dir).absolute()
+    if archive is not None:
+        study_archive.unpack(archive, out)
+    arms = arms_of(config) if arms is None else arms
+    return write_report(config, out, arms, list(seeds if seeds is not None else config.study.seeds))
 
 
 def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds: list[int] | None = None,
@@ -183,7 +195,7 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
     config.model.path = str(policy0)
 
     s0_eval = out / "stage0" / "eval_run"
-    if not (s0_eval / "stages" / "eval.json").exists():
+    if not finished(s0_eval):
         c = copy.deepcopy(config)
         c.method = "sft_grpo"
         c.eval.checkpoint = str(policy0)
@@ -191,7 +203,7 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
         piece_finished()
 
     base = out / "base"
-    if not (base / "stages" / "eval.json").exists():
+    if not finished(base):
         c = copy.deepcopy(config)
         c.method = "seed"
         _timed(timings, "stage1", lambda: run_pipeline(c, base, "collect,annotate,sft,eval"))
@@ -201,15 +213,15 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
     # stopped part-way holds complete pairs (every arm of a seed) for the paired comparison
     for seed in seeds:
         wd = out / "start" / f"seed{seed}"
-        if not (wd / "stages" / "eval.json").exists():
+        if not finished(wd):
             c = copy.deepcopy(config)
             c.method, c.seed = "sft_grpo", int(seed)
             c.eval.checkpoint = str(base / "sft" / "model")
             _timed(timings, f"start/seed{seed}", functools.partial(run_pipeline, c, wd, "eval"))
             piece_finished()
         for arm in arms:
-            wd = out / "arms" / arm.replace("@", "_l") / f"seed{seed}"
-            if (wd / "stages" / "eval.json").exists():
+            wd = arm_dir(out, arm, seed)
+            if finished(wd):
                 continue
             c = arm_config(config, arm, seed)
             copy_stage1(base, wd)

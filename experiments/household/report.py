@@ -58,6 +58,12 @@ def arm_dir(out: Path, arm: str, seed: int) -> Path:
     return out / "arms" / arm.replace("@", "_l") / f"seed{seed}"
 
 
+def finished(workdir: Path) -> bool:
+    """A study run (a start evaluation or an arm's RL + evaluation) is finished when the pipeline
+    has written its last stage marker, ``stages/eval.json``; a run killed part-way is not."""
+    return (Path(workdir) / "stages" / "eval.json").exists()
+
+
 def eval_success(workdir: Path, tag: str, split: str) -> float | None:
     f = workdir / "eval" / f"{tag}_{split}.json"
     if not f.exists():
@@ -128,7 +134,7 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
     res["start_base"] = {s: eval_success(out / "base", "final", s) for s in splits}
     # the stage-1 checkpoint evaluated with each seed's tasks and sampling streams (start/seed<k>)
     res["start_by_seed"] = {str(k): {s: eval_success(out / "start" / f"seed{k}", "checkpoint", s) for s in splits}
-                            for k in seeds if (out / "start" / f"seed{k}").exists()}
+                            for k in seeds if finished(out / "start" / f"seed{k}")}
     res["start_repeats"] = {s: mean_std([repeat_share(out / "start" / f"seed{k}", "checkpoint", s)
                                          for k in res["start_by_seed"]])[0] for s in splits}
     res["start"] = {s: (mean_std([v[s] for v in res["start_by_seed"].values()])[0] if res["start_by_seed"]
@@ -145,7 +151,7 @@ def collect_results(config, out: Path, arms: Sequence[str], seeds: Sequence[int]
         per_seed = {}
         for seed in seeds:
             wd = arm_dir(out, arm, seed)
-            if not wd.exists():
+            if not finished(wd):
                 continue
             recs = metric_series(MetricsWriter.read(wd)) if (wd / METRICS_FILE).exists() else {}
             actions = read_step_actions(wd)
