@@ -13,7 +13,8 @@ Writes results.md (printed at the end), results.json, curves.png, gates.png, aud
 --out (default runs/household-PRESET).
 
 --report runs nothing: it writes and prints the report of the finished pieces in --out (after
-restoring --archive's), e.g. of a study still running or stopped part-way.
+linking --shared's stages and restoring --archive's), e.g. of a study still running or stopped
+part-way.
 
 --check runs nothing: it validates every arm's run config for every seed (one line each) and
 exits 2 at the first that does not validate, naming the arm and the key.
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
                          "finishes (experiments.household.archive), so a later session goes on from them")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     ap.add_argument("--report", action="store_true",
-                    help="run nothing: restore --archive's pieces, then write and print the report of the "
+                    help="run nothing: link --shared, restore --archive's pieces, then write and print the report of the "
                          "finished pieces in --out (a run killed part-way is left out)")
     ap.add_argument("--check", action="store_true",
                     help="only validate every arm's config for every seed (exit 2 naming the arm and key)")
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
         return check(args)
 
     out = Path(args.out or f"runs/household-{args.preset}")
-    if args.report and args.archive is None and not out.is_dir():
+    if args.report and args.archive is None and args.shared is None and not out.is_dir():
         print(f"--report: {out} is not a study directory (nothing to report; give --out, or --archive to restore)",
               file=sys.stderr)
         return 2
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     t0 = time.time()
     if args.report:
-        res = study_report(config, out, arms, seeds, archive=args.archive)
+        res = study_report(config, out, arms, seeds, shared=args.shared, archive=args.archive)
     else:
         res = run_study(config, out, arms, seeds, shared=args.shared, archive=args.archive)
     print(res["markdown"])

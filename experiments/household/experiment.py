@@ -149,11 +149,14 @@ def link_shared(shared: str | Path, out: Path) -> None:
 
 
 def study_report(config, out_dir: str | Path, arms: list[str] | None = None, seeds: list[int] | None = None,
-                 archive: str | Path | None = None) -> dict:
+                 shared: str | Path | None = None, archive: str | Path | None = None) -> dict:
     """The report of the study's finished pieces (`report.finished`), running nothing: after
-    restoring ``archive``'s pieces that ``out_dir`` lacks, writes results.md etc. as `run_study`
-    does at its end; a run killed part-way is left out of it."""
+    linking ``shared``'s stages 0-1 and restoring ``archive``'s pieces that ``out_dir`` lacks (as
+    `run_study` does), writes results.md etc. as `run_study` does at its end; a run killed
+    part-way is left out of it."""
     out = Path(out_dir).absolute()
+    if shared is not None:
+        link_shared(shared, out)
     if archive is not None:
         study_archive.unpack(archive, out)
     arms = arms_of(config) if arms is None else arms
