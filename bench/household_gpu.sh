@@ -15,8 +15,9 @@
 #   2. carry [".gguf2"],         command: bash bench/household_gpu.sh run
 # `run` joins the parts (checking the sha256 recorded by `prepare`), installs the wheels into
 # /tmp/site and runs the study into $OUT/study (results.md, results.json, curves.png,
-# timings.json come back; the study runs seed by seed, GRPO, SEED, then the oracle, and if the
-# time cap stops it part-way, the report of the runs that finished). Budget: about 8 minutes of H200 time was the aim for GRPO and SEED;
+# timings.json come back; the study runs GRPO, SEED, then the oracle, and if the time cap stops
+# it part-way, the report of the runs that finished). Budget: about 8 minutes of H200 time was
+# the aim for GRPO and SEED;
 # the oracle arm is a third RL run of SEED's size (`run --arms sft_grpo,seed` leaves it out); the
 # preset was sized without an accelerator, so the first run's timings.json is the measurement (README).
 # `check` runs nothing: `household_study.py --check` of the gpu preset (each arm's config, GRPO,

@@ -154,13 +154,23 @@ def study_report(config, out_dir: str | Path, arms: list[str] | None = None, see
     linking ``shared``'s stages 0-1 and restoring ``archive``'s pieces that ``out_dir`` lacks (as
     `run_study` does), writes results.md etc. as `run_study` does at its end; a run killed
     part-way is left out of it."""
+    out, arms, seeds = _open_study(config, out_dir, arms, seeds, shared, archive)
+    return write_report(config, out, arms, seeds)
+
+
+def _open_study(config, out_dir, arms, seeds, shared, archive) -> tuple[Path, list[str], list[int]]:
+    """The study directory with ``shared``'s stages 0-1 linked and ``archive``'s pieces restored,
+    and the arms and seeds (the config's where None)."""
     out = Path(out_dir).absolute()
+    out.mkdir(parents=True, exist_ok=True)
     if shared is not None:
         link_shared(shared, out)
     if archive is not None:
-        study_archive.unpack(archive, out)
+        restored = study_archive.unpack(archive, out)
+        if restored:
+            log.info("study: restored from %s: %s", archive, ", ".join(restored))
     arms = arms_of(config) if arms is None else arms
-    return write_report(config, out, arms, list(seeds if seeds is not None else config.study.seeds))
+    return out, arms, list(seeds if seeds is not None else config.study.seeds)
 
 
 def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds: list[int] | None = None,
@@ -170,16 +180,7 @@ def run_study(config, out_dir: str | Path, arms: list[str] | None = None, seeds:
     settings of ``config`` may differ from its, the stage-0 / stage-1 ones must not.
     ``archive``: first restore the finished pieces stored there (`archive.unpack`), then store
     each piece as it finishes (`archive.pack`)."""
-    out = Path(out_dir).absolute()
-    out.mkdir(parents=True, exist_ok=True)
-    if shared is not None:
-        link_shared(shared, out)
-    arms = arms_of(config) if arms is None else arms
-    seeds = list(seeds if seeds is not None else config.study.seeds)
-    if archive is not None:
-        restored = study_archive.unpack(archive, out)
-        if restored:
-            log.info("study: restored from %s: %s", archive, ", ".join(restored))
+    out, arms, seeds = _open_study(config, out_dir, arms, seeds, shared, archive)
     timings_path = out / "timings.json"
     timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
     t_start = time.time()
