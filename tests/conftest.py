@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -23,6 +24,20 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "true")
 REPO = Path(__file__).resolve().parents[1]
 
 TINY_KINDS = ("qwen2", "qwen3", "llama")
+
+
+@pytest.fixture(autouse=True)
+def _seed_jax_logger_restored():
+    """A command's ``main`` called in-process (``bench/household_study.py``, ``seed_jax.launch``)
+    gives the ``seed_jax`` logger its own stderr handler and stops it propagating, as a command
+    should; left so, the later tests' ``caplog`` (on the root logger) reads nothing. Each test
+    gets the logger back as it found it."""
+    log = logging.getLogger("seed_jax")
+    handlers, level, propagate = list(log.handlers), log.level, log.propagate
+    yield
+    log.handlers[:] = handlers
+    log.setLevel(level)
+    log.propagate = propagate
 
 
 def tiny_hf_model(kind: str, seed: int = 0, **overrides):
